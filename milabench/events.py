@@ -1,0 +1,141 @@
+"""The event model and its JSON-lines codec: the spine between execution, sinks and reports.
+
+Every line of a `.data` file is ``{"event": name, "data": payload, "pipe": ...}``
+(spec run-data.md section 2). Events are plain dicts, not objects: the runner produces
+hundreds of thousands of them and the codec must stay cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+REDACTED = "<redacted>"
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+_ALWAYS_SECRET = {"MILABENCH_HF_TOKEN", "HF_TOKEN"}
+
+
+def is_secret_name(name: str) -> bool:
+    """True for variable or key names whose values must never be written."""
+    return name.upper() in _ALWAYS_SECRET or bool(_SECRET_NAME.search(name))
+
+
+def redact(obj: Any) -> Any:
+    """Copy of ``obj`` where every mapping value under a secret-looking key is redacted.
+
+    Applied to every record the tool writes (config, meta, start commands' environments).
+    Values inside argv lists are left alone, except ``--key=value`` style items whose
+    option name looks secret.
+    """
+    if isinstance(obj, Mapping):
+        out = {}
+        for k, v in obj.items():
+            if isinstance(k, str) and is_secret_name(k) and v not in (None, "", {}, []):
+                out[k] = REDACTED
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(obj, list | tuple):
+        return [_redact_item(x) for x in obj]
+    return obj
+
+
+def _redact_item(x: Any) -> Any:
+    if isinstance(x, str) and "=" in x:
+        name, _, _ = x.partition("=")
+        if is_secret_name(name.lstrip("-")):
+            return f"{name}={REDACTED}"
+        return x
+    return redact(x)
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, set | frozenset):
+        return sorted(obj, key=repr)
+    tolist = getattr(obj, "tolist", None)  # numpy / torch scalars and arrays
+    if callable(tolist):
+        try:
+            return tolist()
+        except Exception:
+            pass
+    return {"#unrepresentable": repr(obj)}
+
+
+def _sanitize_floats(obj: Any) -> Any:
+    """Turn NaN/inf into strings so that every line is strict JSON."""
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "NaN"
+        if math.isinf(obj):
+            return "Infinity" if obj > 0 else "-Infinity"
+        return obj
+    if isinstance(obj, dict):
+        return {k: _sanitize_floats(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_sanitize_floats(v) for v in obj]
+    return obj
+
+
+def encode(event: str, data: Any = None, pipe: str | None = None, **extra: Any) -> str:
+    """One event as one JSON line (with the trailing newline).
+
+    Strict JSON: NaN and infinities become the strings "NaN"/"Infinity" (readers turn them
+    back with `as_float`), and unserializable payloads become ``{"#unrepresentable": repr}``.
+    """
+    record = {"event": event, "data": data, "pipe": pipe}
+    if extra:
+        record.update(extra)
+    try:
+        text = json.dumps(record, default=_default, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_sanitize_floats(record), default=_default, allow_nan=False)
+    return text + "\n"
+
+
+def decode(line: str | bytes) -> dict | None:
+    """Parse one line; None when it is not a valid event (e.g. a truncated last line)."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict) or "event" not in obj:
+        return None
+    return obj
+
+
+def as_float(value: Any) -> float | None:
+    """Numbers as written by `encode` (including "NaN"/"Infinity") back to floats."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if value in ("NaN", "nan"):
+        return math.nan
+    if value in ("Infinity", "inf"):
+        return math.inf
+    if value in ("-Infinity", "-inf"):
+        return -math.inf
+    return None
+
+
+def read_events(path: str | Path) -> Iterator[dict]:
+    """Events of a `.data` file, skipping lines that do not parse (a cut last line)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            ev = decode(line)
+            if ev is not None:
+                yield ev
+
+
+def write_events(path: str | Path, events: Iterable[dict]) -> None:
+    """Write already-built event dicts (used by tests and tools that synthesise runs)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for ev in events:
+            ev = dict(ev)
+            f.write(encode(ev.pop("event"), ev.pop("data", None), ev.pop("pipe", None), **ev))
