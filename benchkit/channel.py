@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import threading
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 ESC = "\x1b["
 END = "z"
+PIPE_BUF = getattr(select, "PIPE_BUF", 4096)
 _TO_SMUGGLE = str.maketrans("abcdef", ":;<=>?")
 _FROM_SMUGGLE = str.maketrans(":;<=>?", "abcdef")
 
@@ -92,9 +94,14 @@ class SmuggleDecoder:
         return rest
 
 
+# One encoder for the process: ``json.dumps`` with options builds a new one per call,
+# which costs more than encoding a small record.
+_encode = json.JSONEncoder(allow_nan=False, default=repr).encode
+
+
 def _dumps(obj: Any) -> str:
     try:
-        return json.dumps(obj, allow_nan=False, default=repr)
+        return _encode(obj)
     except ValueError:  # NaN / inf
         return json.dumps(_fix_floats(obj), default=repr)
 
@@ -157,6 +164,17 @@ class DataWriter:
         if full or time.monotonic() - self._last_flush >= self.flush_interval:
             self.flush()
 
+    def write_encoded(self, lines: list[str]) -> None:
+        """Append already-encoded JSON lines (no newline): one lock for many records,
+        for producers that format their own records (`TimedIterator`'s flush)."""
+        if self.fd is None or not lines:
+            return
+        with self._lock:
+            self._buffer.extend(lines)
+            full = len(self._buffer) >= self.batch
+        if full or time.monotonic() - self._last_flush >= self.flush_interval:
+            self.flush()
+
     def event(self, name: str, data: Any = None) -> None:
         """An event other than a metric record (``{"$event": name, "$data": data}``)."""
         self.write({"$event": name, "$data": data})
@@ -172,18 +190,52 @@ class DataWriter:
             sys.stdout.write(text)
             sys.stdout.flush()
             return
-        payload = ("\n".join(lines) + "\n").encode("utf-8")
-        view = memoryview(payload)
-        while view:
-            try:
-                written = os.write(self.fd, view)
-            except BrokenPipeError:
-                self.fd = None
-                return
-            view = view[written:]
+        for chunk in _line_chunks(lines):
+            view = memoryview(chunk)
+            while view:
+                try:
+                    written = os.write(self.fd, view)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    # Reader gone (EPIPE) or descriptor closed under us (voir closes its
+                    # logger at finalize): records can no longer go anywhere.
+                    self.fd = None
+                    return
+                view = view[written:]
 
     def close(self) -> None:
         self.flush()
+
+    def detach(self) -> None:
+        """Flush, then stop writing: the descriptor belongs to someone who will close it
+        (voir's overseer closes ``DATA_FD`` at the end of its run, and the number could be
+        reused for an unrelated file afterwards)."""
+        self.flush()
+        with self._lock:
+            self.fd = None
+
+
+def _line_chunks(lines: list[str]) -> list[bytes]:
+    """Encoded lines grouped in chunks of at most ``PIPE_BUF`` bytes ending on a newline.
+
+    A pipe write of at most ``PIPE_BUF`` bytes is atomic, so when several writers share
+    the pipe (voir's overseer and benchkit) no record is cut by another one. A single
+    line longer than ``PIPE_BUF`` gets a chunk of its own (it cannot be atomic anyway).
+    """
+    chunks: list[bytes] = []
+    current: list[bytes] = []
+    size = 0
+    for line in lines:
+        data = line.encode("utf-8") + b"\n"
+        if current and size + len(data) > PIPE_BUF:
+            chunks.append(b"".join(current))
+            current, size = [], 0
+        current.append(data)
+        size += len(data)
+    if current:
+        chunks.append(b"".join(current))
+    return chunks
 
 
 _default_writer: DataWriter | None = None

@@ -1,16 +1,41 @@
-"""`milabench machine`: not built yet (placeholder until its issue lands)."""
+"""`milabench machine`: print the machine metadata record (the `meta` event), as JSON.
+
+The same record every run file starts with: CPU, OS, accelerators, date, milabench version
+and commit, Python version, the option values in force (secrets redacted), and the
+framework versions found in the current environment.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
-from milabench.cli.common import add_suite_options
-from milabench.errors import NotAvailableYet
+from milabench.cli.common import add_option, base_path, system_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_suite_options(parser)
+    add_option(
+        parser,
+        "system",
+        default=None,
+        metavar="PATH",
+        help="system file with nodes and options (env MILABENCH_SYSTEM)",
+    )
+    add_option(
+        parser,
+        "base",
+        default=None,
+        metavar="PATH",
+        help="base directory (env MILABENCH_BASE; default ./results)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableYet("'milabench machine' is not available yet in this version")
+    from milabench.config.system import load_system
+    from milabench.metadata import meta_record, probe_environment
+
+    system = load_system(system_path(args), base=base_path(args))
+    record = meta_record(system, probe_environment(sys.executable))
+    sys.stdout.write(json.dumps(record, indent=2, default=str) + "\n")
+    return 0

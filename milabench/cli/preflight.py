@@ -1,16 +1,74 @@
-"""`milabench preflight`: not built yet (placeholder until its issue lands)."""
+"""`milabench preflight`: check every node of the system before a multi-node run.
+
+Prints one row per node (reachable and in how long, Python, torch, accelerators,
+rendezvous port) and the bandwidth and latency of a real all-reduce across all nodes.
+Exit code 0 when everything passed, 1 (NodeError) naming the first failing node otherwise.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from milabench.cli.common import add_suite_options
-from milabench.errors import NotAvailableYet
+from milabench.cli.common import add_option, add_suite_options, load_suite_from_args
+from milabench.errors import NodeError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
+    add_option(parser, "port", type=int, default=None,
+               help="rendezvous port to check and use (default: option multinode.port, 29400)")
+    add_option(parser, "python", default=None, metavar="PATH",
+               help="interpreter to probe and run the all-reduce with "
+               "(default: the benchmarks' environment, or this one with --use-current-env)")
+    add_option(parser, "size-mib", type=float, default=16.0,
+               help="all-reduce tensor size in MiB (default 16)")
+    add_option(parser, "iters", type=int, default=5, help="timed all-reduce repetitions")
+    add_option(parser, "no-allreduce", action="store_true", default=False,
+               help="only check the nodes")
+
+
+def _environments(suite, use_current_env: bool) -> tuple[str, list[str]]:
+    """The interpreter to use and the environment folders every node must have."""
+    entries = list(suite.entries.values())
+    if use_current_env or not entries:
+        return sys.executable, []
+    venvs: list[str] = []
+    for entry in entries:
+        venv = str((entry.get("dirs") or {}).get("venv") or "")
+        if venv and venv not in venvs:
+            venvs.append(venv)
+    # The all-reduce needs torch: prefer a torch-ish group's environment.
+    preferred = next((v for v in venvs if "torch" in v.rsplit("/", 1)[-1]), venvs[0] if venvs else None)
+    if preferred is None:
+        return sys.executable, []
+    return f"{preferred}/bin/python", venvs
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableYet("'milabench preflight' is not available yet in this version")
+    import asyncio
+
+    from milabench.remote.nodes import DEFAULT_RDZV_PORT, get_option
+    from milabench.remote.preflight import preflight, render
+
+    suite = load_suite_from_args(args)
+    system = suite.system
+    python, envs = _environments(suite, bool(args.use_current_env))
+    if args.python:
+        python = args.python
+    port = args.port or int(get_option(system, "multinode.port", DEFAULT_RDZV_PORT))
+    result = asyncio.run(
+        preflight(
+            system,
+            python=python,
+            envs=envs,
+            port=port,
+            allreduce=not args.no_allreduce,
+            size_mib=args.size_mib,
+            iters=args.iters,
+        )
+    )
+    print(render(result), flush=True)
+    if not result.ok:
+        raise NodeError(result.failures[0])
+    return 0

@@ -1,16 +1,37 @@
-"""`milabench prepare`: not built yet (placeholder until its issue lands)."""
+"""`milabench prepare`: run each selected benchmark's prepare step (datasets, weights).
+
+Idempotent: a finished dataset is detected and kept. Exit code 1 when a step failed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from milabench.cli.common import add_suite_options
-from milabench.errors import NotAvailableYet
+from milabench.cli.common import add_option, add_suite_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
+    add_option(parser, "verbose", action="store_true", default=False,
+               help="print the prepare steps' output as it comes")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableYet("'milabench prepare' is not available yet in this version")
+    from milabench.cli.common import load_suite_from_args
+    from milabench.envs.prepare import prepare_all, summary_table
+
+    suite = load_suite_from_args(args)
+    if not suite.entries:
+        print("nothing to prepare: no benchmark selected")
+        return 0
+    results, logs = prepare_all(suite.entries, suite.system, suite.base / "runs",
+                                echo=args.verbose)
+    print(summary_table(results))
+    if logs is not None:
+        print(f"logs: {logs}")
+    failed = [r.name for r in results if r.failed]
+    if failed:
+        print(f"milabench: error: prepare failed for: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,16 +1,78 @@
-"""`milabench report`: not built yet (placeholder until its issue lands)."""
+"""`milabench report`: statistics, score and validation verdicts of run folders.
+
+    milabench report --runs DIR [DIR...] [--format text|markdown|csv|json|html]
+                     [--output FILE] [--config SUITE] [--validations a,b|all]
+
+With `--config`, the suite's entries give the weights (benchmarks that did not run count
+in the score with their reason). The exit code follows the validation layers.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from milabench.cli.common import add_suite_options
-from milabench.errors import NotAvailableYet
+from milabench.cli.common import add_option, add_suite_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_option(
+        parser,
+        "runs",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="DIR",
+        help="run folders (runs/<name>) to report on",
+    )
+    add_option(
+        parser,
+        "format",
+        default="text",
+        choices=["text", "markdown", "md", "csv", "json", "html"],
+        help="output format (default: text)",
+    )
+    add_option(
+        parser,
+        "output",
+        default=None,
+        metavar="FILE",
+        help="write the report to FILE instead of standard output",
+    )
+    add_option(
+        parser,
+        "validations",
+        action="append",
+        default=[],
+        metavar="A,B|all",
+        help="validation layers to add (error, ensure_rate, version are on by default)",
+    )
     add_suite_options(parser)
 
 
+def suite_entries(args: argparse.Namespace) -> dict | None:
+    """`all_entries` of the suite named by --config (None when no suite was given)."""
+    if not getattr(args, "config", None):
+        return None
+    from milabench.cli.common import load_suite_from_args
+
+    return load_suite_from_args(args).all_entries
+
+
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableYet("'milabench report' is not available yet in this version")
+    from milabench.errors import UsageError
+    from milabench.report import build_report, render
+
+    if not args.runs:
+        raise UsageError("milabench report: give at least one run folder with --runs DIR")
+    report = build_report(
+        [Path(p) for p in args.runs], entries=suite_entries(args), validations=args.validations
+    )
+    text = render(report, args.format)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"report written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return report.exit_code

@@ -1,16 +1,36 @@
-"""`milabench resolve`: not built yet (placeholder until its issue lands)."""
+"""`milabench resolve`: print the selected entries after include/matrix/inherits/interpolation.
+
+The output is exactly what the planner and the runner receive, which makes it the first
+tool to reach for when a suite does not do what its author expected.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
-from milabench.cli.common import add_suite_options
-from milabench.errors import NotAvailableYet
+from milabench.cli.common import add_option, add_suite_options, load_suite_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
+    add_option(parser, "format", choices=("yaml", "json"), default="yaml",
+               help="output format (default: yaml)")
+
+
+def dump(data: dict, fmt: str) -> str:
+    """`data` as YAML (keys in their order) or indented JSON."""
+    if fmt == "json":
+        return json.dumps(data, indent=2, default=str) + "\n"
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False,
+                     allow_unicode=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableYet("'milabench resolve' is not available yet in this version")
+    suite = load_suite_from_args(args)
+    sys.stdout.write(dump(dict(suite.entries), args.format))
+    return 0

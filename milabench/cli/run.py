@@ -1,16 +1,129 @@
-"""`milabench run`: not built yet (placeholder until its issue lands)."""
+"""`milabench run`: run the selected benchmarks into a run folder and print the report.
+
+Exit code: the report's verdict (0 when every enabled validation layer passed), 130 after
+Ctrl-C (the partial report is printed first). Each benchmark's outcome, including skips
+and missing environments, is recorded in ``<base>/runs/<run-name>/``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import random
+import sys
+import time
+from pathlib import Path
 
-from milabench.cli.common import add_suite_options
-from milabench.errors import NotAvailableYet
+from milabench.cli.common import add_option, add_suite_options, base_path
+
+_CONSONANTS = "bdfgklmnprstvz"
+_VOWELS = "aeiou"
+
+
+def random_word(syllables: int = 3) -> str:
+    """A short pronounceable word (``bavoki``) that makes run names easy to say."""
+    rng = random.SystemRandom()
+    return "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(syllables))
+
+
+def format_run_name(template: str | None, now: float | None = None) -> str:
+    """``{time}`` -> ``YYYY-MM-DD_HH-MM-SS``; default ``<word>.{time}``."""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now))
+    template = template or f"{random_word()}.{{time}}"
+    name = template.replace("{time}", stamp)
+    if not name or "/" in name or name in (".", ".."):
+        from milabench.errors import UsageError
+
+        raise UsageError(f"--run-name: invalid run name {template!r}")
+    return name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
+    add_option(
+        parser,
+        "run-name",
+        default=None,
+        metavar="NAME",
+        help="run folder name under <base>/runs ({time} is replaced; default: word.{time})",
+    )
+    add_option(
+        parser,
+        "repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the suite N times (tags gain R<k>)",
+    )
+    add_option(
+        parser,
+        "validations",
+        action="append",
+        default=[],
+        metavar="A,B|all",
+        help="validation layers deciding the exit code (comma list, 'all', '-name')",
+    )
+    add_option(
+        parser,
+        "dash",
+        choices=["long", "short", "no"],
+        default=None,
+        help="live display (env MILABENCH_DASH; default long on a terminal, else no)",
+    )
+    add_option(
+        parser,
+        "resume",
+        default=None,
+        metavar="RUN",
+        help="run folder (path or name under <base>/runs) to complete: benchmarks "
+        "that succeeded there are skipped, the others run again into it",
+    )
+
+
+def _run_dir(args: argparse.Namespace) -> tuple[Path, bool]:
+    from milabench.errors import UsageError
+
+    runs = base_path(args) / "runs"
+    if args.resume:
+        candidate = Path(args.resume)
+        if not candidate.is_dir():
+            candidate = runs / args.resume
+        if not candidate.is_dir():
+            raise UsageError(f"--resume: no run folder {args.resume!r} (looked in {runs})")
+        return candidate.absolute(), True
+    return runs / format_run_name(args.run_name), False
+
+
+def _dash_mode(args: argparse.Namespace) -> str:
+    mode = args.dash or os.environ.get("MILABENCH_DASH")
+    if mode not in ("long", "short", "no"):
+        mode = "long" if sys.stdout.isatty() else "no"
+    return mode
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableYet("'milabench run' is not available yet in this version")
+    if args.repeat < 1:
+        from milabench.errors import UsageError
+
+        raise UsageError("--repeat must be at least 1")
+    validations = list(args.validations or [])
+    try:
+        from milabench.report.validation import select_layers
+    except ImportError:
+        select_layers = None
+    if select_layers is not None:
+        select_layers(validations)  # unknown layer names fail before anything runs
+
+    from milabench.cli.common import load_suite_from_args
+    from milabench.execute.session import run_session
+
+    suite = load_suite_from_args(args)
+    run_dir, resuming = _run_dir(args)
+    return run_session(
+        suite,
+        run_dir,
+        repeat=args.repeat,
+        resume=resuming,
+        dash=_dash_mode(args),
+        validations=validations,
+    )

@@ -1,0 +1,35 @@
+"""Multi-node execution: SSH connections and launcher, multi-node plans, preflight, Slurm.
+
+Names are imported lazily (``from milabench.remote import SSHLauncher``) so that merely
+registering plan methods does not import asyncssh.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "SSHLauncher": "milabench.remote.launcher",
+    "RemoteHandle": "milabench.remote.launcher",
+    "NodeLauncher": "milabench.remote.dispatch",
+    "node_launcher": "milabench.remote.dispatch",
+    "needs_remote": "milabench.remote.dispatch",
+    "ConnectionPool": "milabench.remote.ssh",
+    "shared_pool": "milabench.remote.ssh",
+    "runs_locally": "milabench.remote.nodes",
+    "sync_to_workers": "milabench.remote.sync",
+    "detect_shared_base": "milabench.remote.sync",
+    "docker_wrap": "milabench.remote.docker",
+    "expand_nodelist": "milabench.remote.slurm",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'milabench.remote' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

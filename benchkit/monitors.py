@@ -1,0 +1,304 @@
+"""Background sampling of accelerators, host and process into ``gpudata``/``cpudata``/
+``process`` records (spec run-data.md section 3).
+
+A daemon thread samples every ``interval`` seconds and appends the records to the shared
+`DataWriter` (thread-safe); the benchmark's loop never waits for it. Back-ends are chosen
+by what the benchmark's environment has:
+
+* accelerators: NVML through ``pynvml`` when importable and a driver answers; the fake
+  back-end of the contract when ``MILABENCH_FAKE_GPUS=<arch>:<count>[:<MiB>]`` is set (the
+  only stand-in for GPUs that cannot exist on a CPU machine); otherwise none;
+* host and process: ``psutil`` when importable, else ``/proc`` (Linux) with the standard
+  library.
+
+Device keys are the indexes **as the process sees them**: with
+``CUDA_VISIBLE_DEVICES=2,3`` physical GPU 3 is reported as ``"1"``, which is what the
+benchmark's ``cuda:1`` means.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from benchkit.channel import DataWriter
+
+_MIB = 1024 * 1024
+
+
+def visible_devices(total: int, environ: dict[str, str] | None = None) -> list[str]:
+    """Physical ids (indexes or UUIDs) of the devices this process sees, in its order."""
+    env = os.environ if environ is None else environ
+    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        value = env.get(name)
+        if value is not None:
+            ids = [x.strip() for x in value.split(",") if x.strip()]
+            # The driver stops at the first invalid entry (e.g. "-1" hides everything).
+            out = []
+            for x in ids:
+                if x.isdigit() and int(x) >= total:
+                    break
+                if x.startswith("-"):
+                    break
+                out.append(x)
+            return out
+    return [str(i) for i in range(total)]
+
+
+class NVMLSampler:
+    """GPU samples through NVML (``pynvml``, from the nvidia-ml-py package)."""
+
+    def __init__(self) -> None:
+        import pynvml  # raises ImportError when absent
+
+        pynvml.nvmlInit()  # raises when no driver answers
+        self.nvml = pynvml
+        count = pynvml.nvmlDeviceGetCount()
+        self.handles: dict[str, Any] = {}
+        for visible, physical in enumerate(visible_devices(count)):
+            if physical.isdigit():
+                handle = pynvml.nvmlDeviceGetHandleByIndex(int(physical))
+            else:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(physical)
+            self.handles[str(visible)] = handle
+
+    def sample(self) -> dict[str, dict[str, Any]]:
+        nvml = self.nvml
+        out: dict[str, dict[str, Any]] = {}
+        for key, handle in self.handles.items():
+            entry: dict[str, Any] = {}
+            try:
+                mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+                entry["memory"] = [mem.used / _MIB, mem.total / _MIB]
+            except nvml.NVMLError:
+                pass
+            try:
+                entry["load"] = nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+            except nvml.NVMLError:
+                pass
+            try:
+                entry["temperature"] = nvml.nvmlDeviceGetTemperature(
+                    handle, nvml.NVML_TEMPERATURE_GPU
+                )
+            except nvml.NVMLError:
+                pass
+            try:
+                entry["power"] = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+            except nvml.NVMLError:
+                pass
+            out[key] = entry
+        return out
+
+    def close(self) -> None:
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+class FakeGPUSampler:
+    """The contract's fake accelerators (``MILABENCH_FAKE_GPUS=<arch>:<count>[:<MiB>]``).
+
+    Values are plausible and vary over time so that dashboards and reports see motion;
+    they are clearly fake (no real device exists on a CPU-only machine).
+    """
+
+    def __init__(self, spec: str) -> None:
+        parts = spec.split(":")
+        if len(parts) < 2 or not parts[1].isdigit():
+            raise ValueError(f"MILABENCH_FAKE_GPUS must be <arch>:<count>[:<MiB>], not {spec!r}")
+        self.arch = parts[0]
+        count = int(parts[1])
+        self.total = float(parts[2]) if len(parts) > 2 and parts[2] else 81920.0
+        self.keys = [str(i) for i, _ in enumerate(visible_devices(count))]
+        self._t0 = time.monotonic()
+
+    def sample(self) -> dict[str, dict[str, Any]]:
+        phase = (time.monotonic() - self._t0) % 10.0 / 10.0
+        return {
+            key: {
+                "memory": [round(self.total * (0.3 + 0.4 * phase), 1), self.total],
+                "load": round(0.5 + 0.45 * phase, 3),
+                "temperature": 40 + int(30 * phase),
+                "power": round(100.0 + 200.0 * phase, 1),
+            }
+            for key in self.keys
+        }
+
+    def close(self) -> None:
+        pass
+
+
+def gpu_sampler() -> NVMLSampler | FakeGPUSampler | None:
+    """The accelerator back-end available here, or None."""
+    fake = os.environ.get("MILABENCH_FAKE_GPUS")
+    if fake:
+        return FakeGPUSampler(fake)
+    try:
+        return NVMLSampler()
+    except Exception:  # no pynvml, no driver, no device
+        return None
+
+
+class PsutilSampler:
+    """Host memory/load and this process's load/memory through psutil."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.psutil = psutil
+        self.proc = psutil.Process()
+        psutil.cpu_percent(None)  # first call only starts the measurement window
+        self.proc.cpu_percent(None)
+
+    def cpu(self) -> dict[str, Any]:
+        mem = self.psutil.virtual_memory()
+        return {"memory": [mem.total - mem.available, mem.total], "load": self.psutil.cpu_percent(None)}
+
+    def process(self) -> dict[str, Any]:
+        with self.proc.oneshot():
+            rss = self.proc.memory_info().rss
+            load = self.proc.cpu_percent(None)
+        return {"pid": self.proc.pid, "load": load, "memory": [rss, self.psutil.virtual_memory().total]}
+
+
+class ProcSampler:
+    """The same figures from ``/proc`` when psutil is not installed (Linux)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.ticks = os.sysconf("SC_CLK_TCK")
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self._cpu_prev = self._cpu_times()
+        self._proc_prev = (self._proc_ticks(), time.monotonic())
+
+    @staticmethod
+    def _meminfo() -> tuple[int, int]:
+        values: dict[str, int] = {}
+        with open("/proc/meminfo") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                values[name] = int(rest.split()[0]) * 1024
+        total = values.get("MemTotal", 0)
+        available = values.get("MemAvailable", values.get("MemFree", 0))
+        return total - available, total
+
+    @staticmethod
+    def _cpu_times() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    def _proc_ticks(self) -> int:
+        with open(f"/proc/{self.pid}/stat") as f:
+            # The command name may contain spaces: fields start after the last ")".
+            rest = f.read().rpartition(")")[2].split()
+        return int(rest[11]) + int(rest[12])  # utime + stime
+
+    def cpu(self) -> dict[str, Any]:
+        total, idle = self._cpu_times()
+        prev_total, prev_idle = self._cpu_prev
+        self._cpu_prev = (total, idle)
+        busy = (total - prev_total) - (idle - prev_idle)
+        load = 100.0 * busy / (total - prev_total) if total > prev_total else 0.0
+        return {"memory": list(self._meminfo()), "load": round(load, 2)}
+
+    def process(self) -> dict[str, Any]:
+        ticks, now = self._proc_ticks(), time.monotonic()
+        prev_ticks, prev_now = self._proc_prev
+        self._proc_prev = (ticks, now)
+        elapsed = now - prev_now
+        load = 100.0 * (ticks - prev_ticks) / self.ticks / elapsed if elapsed > 0 else 0.0
+        with open(f"/proc/{self.pid}/statm") as f:
+            rss = int(f.read().split()[1]) * self.page
+        return {"pid": self.pid, "load": round(load, 2), "memory": [rss, self._meminfo()[1]]}
+
+
+def host_sampler() -> PsutilSampler | ProcSampler | None:
+    try:
+        return PsutilSampler()
+    except ImportError:
+        pass
+    try:
+        return ProcSampler()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Monitor:
+    """Daemon thread writing monitor records every ``interval`` seconds.
+
+    ``sample()`` gives one round of records (also used by tests and by the first tick);
+    ``start()``/``stop()`` run it in the background. Failures of a back-end while running
+    disable that back-end rather than kill the thread: a monitor must never end a run.
+    """
+
+    def __init__(
+        self,
+        writer: DataWriter,
+        interval: float = 1.0,
+        *,
+        task: str = "main",
+        gpu: bool = True,
+        host: bool = True,
+    ) -> None:
+        self.writer = writer
+        self.interval = max(0.01, float(interval))
+        self.task = task
+        self._gpu = gpu_sampler() if gpu else None
+        self._host = host_sampler() if host else None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def backends(self) -> dict[str, str | None]:
+        return {
+            "gpu": type(self._gpu).__name__ if self._gpu else None,
+            "host": type(self._host).__name__ if self._host else None,
+        }
+
+    def sample(self) -> list[dict[str, Any]]:
+        now = time.time()
+        records: list[dict[str, Any]] = []
+        if self._gpu is not None:
+            try:
+                records.append({"task": self.task, "time": now, "gpudata": self._gpu.sample()})
+            except Exception:
+                self._gpu = None
+        if self._host is not None:
+            try:
+                records.append({"task": self.task, "time": now, "cpudata": self._host.cpu()})
+                records.append({"task": self.task, "time": now, "process": self._host.process()})
+            except Exception:
+                self._host = None
+        return records
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            for record in self.sample():
+                self.writer.write(record)
+
+    def start(self) -> Monitor:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="benchkit-monitor", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling (waits for the current round) and flush what was written."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._thread = None
+        if self._gpu is not None:
+            self._gpu.close()
+        self.writer.flush()
+
+    def __enter__(self) -> Monitor:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

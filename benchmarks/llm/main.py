@@ -1,0 +1,110 @@
+"""Causal-LM training of a randomly initialised Llama-style decoder (transformers).
+
+The model comes from a `transformers.LlamaConfig` (RMSNorm, rotary embeddings, SwiGLU
+MLP, grouped-query attention), built with random weights: nothing is downloaded.
+``--size`` picks the shape (``tiny`` for tests and CPUs, ``1b``/``3b``-class shapes for
+GPUs). Tokens are synthetic; throughput is tokens/s.
+
+Runs by hand too: ``python main.py --size tiny``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import torch
+
+from benchkit.timing import TimedIterator
+
+SIZES = {
+    # name: (hidden, layers, heads, kv heads, intermediate, vocab)
+    "tiny": (128, 2, 4, 2, 344, 2048),
+    "small": (512, 8, 8, 4, 1376, 32000),
+    "1b": (2048, 16, 32, 8, 8192, 128256),
+    "3b": (3072, 28, 24, 8, 8192, 128256),
+}
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"], default="bf16")
+    parser.add_argument(
+        "--gradient-checkpointing", action="store_true", help="trade compute for memory"
+    )
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--threads", type=int, default=None, help="intra-op CPU threads")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def make_model(size: str, seq_len: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hidden, layers, heads, kv_heads, intermediate, vocab = SIZES[size]
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=intermediate,
+        max_position_embeddings=max(2048, seq_len),
+        use_cache=False,
+    )
+    return LlamaForCausalLM(config), vocab
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device or default_device())
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if device.type == "cuda":
+        allow = args.precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        torch.backends.cudnn.allow_tf32 = allow
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+
+    model, vocab = make_model(args.size, args.seq_len)
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=device.type == "cuda")
+    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
+    n_params = sum(p.numel() for p in model.parameters())
+    print(
+        f"llm: {args.size} ({n_params / 1e6:.1f}M parameters), batch {args.batch_size}x{args.seq_len}, "
+        f"{args.precision} on {device}, {torch.get_num_threads()} threads",
+        flush=True,
+    )
+
+    gen = torch.Generator().manual_seed(args.seed)
+    pool = [
+        torch.randint(0, vocab, (args.batch_size, args.seq_len), generator=gen).to(device)
+        for _ in range(4)
+    ]
+    timed = TimedIterator(
+        itertools.cycle(pool), batch_size_fn=lambda ids: ids.numel(), device=device, units="Tok/s"
+    )
+    for ids in timed:
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        timed.record_loss(loss)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""Operator micro-benchmarks: latency percentiles and throughput of single torch operators.
+
+Why: an end-to-end training number can hide a regression in one operator for a long time
+(a slow backward for one input shape, a dtype without a fast kernel). Each run measures
+one operator family (``--op``) over a matrix of cases: shapes (``small``, ``large``, and
+``skewed``, where one dimension dwarfs the other), dtypes, and modes (``fwd``, and
+``fwdbwd`` where a gradient exists).
+
+How it measures:
+
+1. calibration: each case gets a repeat count ``k`` so that ``k`` calls last about
+   ``--case-ms`` (small operators are called many times, large ones a few);
+2. rounds: one round runs every case ``k`` times, timing every call (``perf_counter`` on
+   CPU; device events on accelerators, converted after the round so that nothing
+   synchronises between calls). Rounds go through `benchkit.timing.TimedIterator`, with
+   ``sum(k)`` calls as the round's batch size: the scored ``train`` rate is calls/s over
+   all cases, which is about the mean of the per-case call rates (each case gets the same
+   share of time) and does not depend on the calibration;
+3. at the end, one record per case (warm-up rounds excluded): ``task`` =
+   ``<op>.<variant>.<shape>.<dtype>.<mode>``, ``rate`` in calls/s, ``latency_ms`` with
+   p50/p90/p99 and the mean, and ``elements/s`` of the input.
+
+Runs by hand too: ``python main.py --op softmax``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from benchkit.channel import default_writer
+from benchkit.timing import TimedIterator
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+OPS = ("matmul", "conv2d", "softmax", "layernorm", "embedding", "reduce", "elementwise")
+
+# Shapes per operator: (cpu, accelerator). Skewed shapes stress the kernels' handling of
+# a tiny inner or outer dimension (e.g. a reduction over 16 elements, 16384 times).
+SHAPES: dict[str, dict[str, tuple[tuple, tuple]]] = {
+    "matmul": {  # (m, k, n)
+        "small": ((64, 64, 64), (256, 256, 256)),
+        "large": ((512, 512, 512), (4096, 4096, 4096)),
+        "skewed": ((4096, 32, 256), (65536, 64, 1024)),
+    },
+    "conv2d": {  # (batch, channels in, size, channels out), 3x3 kernel, padding 1
+        "small": ((4, 16, 16, 16), (32, 64, 32, 64)),
+        "large": ((8, 64, 32, 64), (64, 256, 56, 256)),
+        "skewed": ((1, 3, 128, 32), (32, 3, 224, 64)),
+    },
+    "softmax": {  # (rows, columns), along the columns
+        "small": ((64, 128), (256, 1024)),
+        "large": ((256, 4096), (4096, 16384)),
+        "skewed": ((16384, 16), (1048576, 16)),
+    },
+    "layernorm": {  # (rows, normalised size)
+        "small": ((64, 128), (256, 1024)),
+        "large": ((256, 4096), (4096, 16384)),
+        "skewed": ((16384, 16), (1048576, 16)),
+    },
+    "embedding": {  # (vocabulary, dim, looked-up indices)
+        "small": ((1000, 64, 256), (10000, 256, 4096)),
+        "large": ((50000, 256, 8192), (250000, 1024, 65536)),
+        "skewed": ((100, 1024, 16384), (1000, 8192, 131072)),
+    },
+    "reduce": {  # (rows, columns), along the columns
+        "small": ((64, 64), (256, 1024)),
+        "large": ((1024, 1024), (8192, 8192)),
+        "skewed": ((16, 65536), (16, 16777216)),
+    },
+    "elementwise": {  # (rows, columns)
+        "small": ((64, 64), (256, 1024)),
+        "large": ((1024, 1024), (8192, 8192)),
+        "skewed": ((65536, 4), (16777216, 4)),
+    },
+}
+
+
+@dataclass
+class Case:
+    """One operator call to time: ``fn()`` runs it (with its backward in ``fwdbwd``)."""
+
+    name: str
+    fn: Callable[[], object]
+    elements: int  # elements of the main input, for elements/s
+    repeat: int = 1
+    samples: list[float] = field(default_factory=list)  # seconds per call
+
+
+def _leaf(shape: tuple, dtype: torch.dtype, device: torch.device, grad: bool) -> torch.Tensor:
+    return torch.randn(*shape, device=device).to(dtype).requires_grad_(grad)
+
+
+def _forward(op: str, variant: str, shape: tuple, dtype, device, grad: bool):
+    """(callable computing the output, main input) for one operator and shape."""
+    if op == "matmul":
+        m, k, n = shape
+        a, b = _leaf((m, k), dtype, device, grad), _leaf((k, n), dtype, device, grad)
+        return (lambda: a @ b), a
+    if op == "conv2d":
+        batch, cin, size, cout = shape
+        x = _leaf((batch, cin, size, size), dtype, device, grad)
+        w = _leaf((cout, cin, 3, 3), dtype, device, grad)
+        return (lambda: F.conv2d(x, w, padding=1)), x
+    if op == "softmax":
+        x = _leaf(shape, dtype, device, grad)
+        return (lambda: torch.softmax(x, dim=-1)), x
+    if op == "layernorm":
+        x = _leaf(shape, dtype, device, grad)
+        w = _leaf(shape[-1:], dtype, device, grad)
+        b = _leaf(shape[-1:], dtype, device, grad)
+        return (lambda: F.layer_norm(x, shape[-1:], w, b)), x
+    if op == "embedding":
+        vocab, dim, n = shape
+        table = _leaf((vocab, dim), dtype, device, grad)
+        idx = torch.randint(0, vocab, (n,), device=device)
+        return (lambda: F.embedding(idx, table)), idx
+    if op == "reduce":
+        x = _leaf(shape, dtype, device, grad)
+        if variant == "amax":
+            return (lambda: x.amax(dim=-1)), x
+        return (lambda: x.sum(dim=-1)), x
+    if op == "elementwise":
+        x, y = _leaf(shape, dtype, device, grad), _leaf(shape, dtype, device, grad)
+        if variant == "gelu":
+            return (lambda: F.gelu(x)), x
+        return (lambda: x * y + x), x
+    raise ValueError(f"unknown operator {op!r}")
+
+
+VARIANTS = {"reduce": ("sum", "amax"), "elementwise": ("muladd", "gelu")}
+
+
+def build_cases(op: str, shapes: list[str], dtypes: list[str], modes: list[str], device) -> list[Case]:
+    cases = []
+    accel = 0 if device.type == "cpu" else 1
+    for variant, shape_name, dtype_name, mode in itertools.product(
+        VARIANTS.get(op, (op,)), shapes, dtypes, modes
+    ):
+        if op == "embedding" and mode == "fwdbwd" and dtype_name == "fp16" and device.type == "cpu":
+            continue  # no CPU fp16 embedding backward kernel
+        shape = SHAPES[op][shape_name][accel]
+        grad = mode == "fwdbwd"
+        fwd, main_input = _forward(op, variant, shape, DTYPES[dtype_name], device, grad)
+        if grad:
+
+            def fn(fwd=fwd):
+                out = fwd()
+                out.backward(torch.ones_like(out))
+        else:
+
+            def fn(fwd=fwd):
+                with torch.no_grad():
+                    return fwd()
+
+        name = ".".join(
+            [op] + ([variant] if variant != op else []) + [shape_name, dtype_name, mode]
+        )
+        cases.append(Case(name, fn, main_input.numel()))
+    return cases
+
+
+class CallTimer:
+    """Per-call durations: host clock on CPU, device events elsewhere (read after a round)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.events = device.type == "cuda"
+        self.pending: list[tuple[Case, object, object]] = []
+
+    def run(self, case: Case) -> None:
+        if self.events:
+            for _ in range(case.repeat):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                case.fn()
+                end.record()
+                self.pending.append((case, start, end))
+        else:
+            clock = time.perf_counter
+            samples = case.samples
+            for _ in range(case.repeat):
+                t0 = clock()
+                case.fn()
+                samples.append(clock() - t0)
+
+    def collect(self) -> None:
+        if self.pending:
+            torch.cuda.synchronize(self.device)
+            for case, start, end in self.pending:
+                case.samples.append(start.elapsed_time(end) / 1000.0)
+            self.pending.clear()
+
+
+def calibrate(cases: list[Case], case_s: float, device: torch.device) -> None:
+    """Set each case's repeat count so that one round of it lasts about ``case_s``."""
+    for case in cases:
+        for _ in range(2):
+            case.fn()  # first calls pay for allocation and kernel choice
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        n, start = 0, time.perf_counter()
+        while n < 2 or time.perf_counter() - start < case_s:
+            case.fn()
+            n += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        per_call = (time.perf_counter() - start) / n
+        case.repeat = max(1, min(10_000, math.ceil(case_s / per_call)))
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile ``q`` in [0, 100] of already sorted values."""
+    if not sorted_values:
+        return math.nan
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def case_record(case: Case) -> dict:
+    values = sorted(case.samples)
+    mean = sum(values) / len(values)
+    return {
+        "task": case.name,
+        "rate": 1.0 / mean,
+        "units": "calls/s",
+        "elements_per_s": case.elements / mean,
+        "latency_ms": {
+            "p50": percentile(values, 50) * 1e3,
+            "p90": percentile(values, 90) * 1e3,
+            "p99": percentile(values, 99) * 1e3,
+            "mean": mean * 1e3,
+        },
+        "calls": len(values),
+        "time": time.time(),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--op", choices=OPS, required=True)
+    parser.add_argument("--shapes", default="small,large,skewed")
+    parser.add_argument("--dtypes", default=None, help="default: fp32,bf16 on cpu, fp32,fp16,bf16 else")
+    parser.add_argument("--modes", default="fwd,fwdbwd")
+    parser.add_argument("--case-ms", type=float, default=2.0, help="time per case per round")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--threads", type=int, default=None, help="intra-op CPU threads")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtypes = (args.dtypes or ("fp32,bf16" if device.type == "cpu" else "fp32,fp16,bf16")).split(",")
+    cases = build_cases(
+        args.op, args.shapes.split(","), dtypes, args.modes.split(","), device
+    )
+    calibrate(cases, args.case_ms / 1000.0, device)
+    calls_per_round = sum(c.repeat for c in cases)
+    print(
+        f"opbench: {args.op}, {len(cases)} cases, {calls_per_round} calls per round on {device}, "
+        f"{torch.get_num_threads()} threads",
+        flush=True,
+    )
+
+    timer = CallTimer(device)
+    rounds = TimedIterator(
+        itertools.count(), batch_size_fn=lambda _r: calls_per_round, device=device, units="calls/s"
+    )
+    for index in rounds:
+        if index == rounds.skip:
+            for case in cases:  # warm-up rounds do not count in the latencies either
+                case.samples.clear()
+        for case in cases:
+            timer.run(case)
+        timer.collect()
+
+    writer = default_writer()
+    for case in cases:
+        if case.samples:
+            writer.write(case_record(case))
+    writer.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Brace placeholders and value helpers in argv (spec config.md 1.7), resolved at launch.
+
+``{name}`` is replaced when `name` is one of the names of `placeholder_values`; any other
+brace text is left alone, so JSON arguments such as ``'{"a": 1}'`` survive. A name that
+is *almost* one of ours (``{n_workers}``, ``{gpu_cout}``) is probably a typo, so it is
+left alone too but reported with a warning.
+
+An argument that is exactly a helper call is then evaluated by the restricted evaluator of
+`milabench.config.safe_eval` (never `eval`):
+
+* ``auto(value, default)``: `value` when CPU auto-tuning is on (option ``cpu.auto``),
+  else `default`. Example: ``--workers: auto({n_worker}, 4)``.
+* ``auto_batch(default)``: the batch-size sizer. When option ``batch_resize`` is on and
+  the accelerator's memory capacity is known, `default` is scaled by
+  ``capacity / reference`` (reference: option ``batch_resize_reference`` in MiB, default
+  81920, an 80 GB accelerator), rounded down, at least 1. Otherwise `default`.
+* ``expr(<arithmetic>)``: numbers, ``+ - * / // % **``, parentheses, ``min``, ``max``,
+  ``int``, ``round`` and placeholder names (``expr(cpu_count // 2)``).
+
+In ``name=value`` arguments only the right-hand side is resolved. Integral float results
+are written without a fractional part (``expr(8 / 2)`` gives ``4``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import warnings
+from typing import Any
+
+from milabench.config.options import get_bool, get_option
+from milabench.config.safe_eval import UnsafeExpression, evaluate
+from milabench.errors import ConfigError
+
+DEVICE_NAME = {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "hpu": "hpu", "cpu": "cpu"}
+CCL = {"cuda": "nccl", "rocm": "rccl", "xpu": "ccl", "hpu": "hccl", "cpu": "gloo"}
+DIR_NAMES = ("base", "venv", "code", "extra", "data", "runs", "cache")
+REFERENCE_CAPACITY_MIB = 81920
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_HELPER = re.compile(r"^\s*(auto|auto_batch|expr)\((.*)\)\s*$", re.S)
+_ASSIGNMENT = re.compile(r"^(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)=(.*)$", re.S)
+
+
+class PlaceholderWarning(UserWarning):
+    """A ``{name}`` in argv looks like a misspelled placeholder."""
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def cpu_count(system: dict[str, Any]) -> int:
+    """Usable CPUs: option ``cpu.total_count`` or the node's count, minus reserved cores."""
+    cpu = system.get("cpu") or {}
+    total = get_option(system, "cpu.total_count", None)
+    if total is None:
+        total = cpu.get("count") or os.cpu_count() or 1
+    reserved = _int(get_option(system, "cpu.reserved_cores", 0), 0)
+    return max(1, _int(total, 1) - reserved)
+
+
+def placeholder_values(
+    entry: dict[str, Any],
+    system: dict[str, Any],
+    device: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Name -> value table for the brace placeholders of one process."""
+    values: dict[str, Any] = {
+        k: v
+        for k, v in system.items()
+        if isinstance(k, str) and isinstance(v, str | int | float | bool)
+    }
+    arch = str(system.get("arch") or "cpu")
+    gpu_count = _int((system.get("gpu") or {}).get("count"), 0)
+    cpus = cpu_count(system)
+    per_gpu = cpus // max(gpu_count, 1)
+    n_workers = get_option(system, "cpu.n_workers", None)
+    if n_workers is None:
+        low = _int(get_option(system, "cpu.min", 2), 2)
+        high = _int(get_option(system, "cpu.max", 16), 16)
+        n_workers = min(max(per_gpu, low), high)
+    values.update(
+        cpu_count=cpus,
+        gpu_count=gpu_count,
+        cpu_per_gpu=per_gpu,
+        n_worker=_int(n_workers, 2),
+        arch=arch,
+        device_name=DEVICE_NAME.get(arch, "cpu"),
+        ccl=CCL.get(arch, "gloo"),
+        milabench_name=entry.get("name", ""),
+    )
+    dirs = entry.get("dirs") or {}
+    for name in DIR_NAMES:
+        values[f"milabench_{name}"] = str(dirs.get(name, entry.get("definition", "")))
+    if device is not None:
+        values["device"] = device
+    if extra:
+        values.update(extra)
+    return values
+
+
+def auto_batch(default: Any, system: dict[str, Any]) -> Any:
+    """Batch size scaled to the accelerator's memory when option ``batch_resize`` is on."""
+    from milabench.config.system import capacity_mib
+
+    if not get_bool(system, "batch_resize", False):
+        return default
+    capacity = capacity_mib((system.get("gpu") or {}).get("capacity"))
+    reference = capacity_mib(get_option(system, "batch_resize_reference", REFERENCE_CAPACITY_MIB))
+    if not capacity or not reference or not isinstance(default, int | float):
+        return default
+    return max(1, int(default * capacity / reference))
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+class _Resolver:
+    def __init__(self, entry: dict[str, Any], system: dict[str, Any], values: dict[str, Any]):
+        self.entry = entry
+        self.system = system
+        self.values = values
+        self.functions = {
+            "auto": self._auto,
+            "auto_batch": lambda default: auto_batch(default, system),
+            "expr": lambda value: value,
+            "min": min,
+            "max": max,
+            "int": int,
+            "round": round,
+        }
+
+    def _auto(self, value: Any, default: Any) -> Any:
+        return value if get_bool(self.system, "cpu.auto", False) else default
+
+    def substitute(self, text: str) -> str:
+        def repl(m: re.Match) -> str:
+            name = m.group(1)
+            if name in self.values:
+                return _format(self.values[name])
+            close = difflib.get_close_matches(name, list(self.values), n=1, cutoff=0.8)
+            if close:
+                warnings.warn(
+                    f"{self.entry.get('name', '?')}: argv: unknown placeholder '{{{name}}}' "
+                    f"(did you mean '{{{close[0]}}}'?); left as is",
+                    PlaceholderWarning,
+                    stacklevel=4,
+                )
+            return m.group(0)
+
+        return _PLACEHOLDER.sub(repl, text)
+
+    def value(self, text: str) -> str:
+        text = self.substitute(text)
+        helper = _HELPER.match(text)
+        if not helper:
+            return text
+        try:
+            result = evaluate(
+                f"{helper.group(1)}({helper.group(2)})",
+                self.values,
+                self.functions,
+                allow_compare=False,
+            )
+        except UnsafeExpression as err:
+            raise ConfigError.at(
+                self.entry.get("config_file"), self.entry.get("name"), "argv", f"{text!r}: {err}"
+            ) from None
+        return _format(result)
+
+    def item(self, item: str) -> str:
+        assignment = _ASSIGNMENT.match(item)
+        if assignment:
+            return f"{assignment.group(1)}={self.value(assignment.group(2))}"
+        return self.value(item)
+
+
+def resolve_argv(
+    argv: list[str],
+    entry: dict[str, Any],
+    system: dict[str, Any],
+    *,
+    device: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> list[str]:
+    """`argv` with placeholders and helpers resolved for one process."""
+    resolver = _Resolver(entry, system, placeholder_values(entry, system, device, extra))
+    return [resolver.item(str(item)) for item in argv]

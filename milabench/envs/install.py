@@ -1,0 +1,228 @@
+"""``milabench install``: build one validated environment per install group.
+
+For each group, in suite order: compute the input hash (`milabench.envs.marker`); when
+the marker matches, the group is "up to date" and nothing is started. Otherwise: remove
+the marker, (re)create the environment when needed, install the requirements
+(`milabench.envs.backends`), copy benchkit in, import the key modules, and only then
+write the marker. A failing group is reported with the line that explains it and the
+other groups are still installed; the caller exits non-zero if any group failed.
+
+With ``--use-current-env`` no environment is created: the active interpreter is only
+checked (key imports), unless ``into_current_env`` asks to install the requirements into
+it explicitly.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from milabench.envs.backends import Backend, validate_spec
+from milabench.envs.constraints import write_entry_constraints
+from milabench.envs.groups import InstallGroup
+from milabench.envs.helperlib import install_benchkit
+from milabench.envs.marker import (
+    changed_inputs,
+    input_hash,
+    install_inputs,
+    is_up_to_date,
+    remove_marker,
+    write_marker,
+)
+from milabench.envs.steps import StepResult, run_step
+from milabench.errors import EnvironmentMissing
+
+INSTALLED = "installed"
+UP_TO_DATE = "up to date"
+FAILED = "failed"
+CHECKED = "checked"
+
+
+@dataclass
+class GroupResult:
+    """Outcome of one install group, for the summary table and the exit code."""
+
+    group: str
+    benchmarks: list[str]
+    status: str
+    seconds: float
+    message: str = ""
+    venv: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAILED
+
+
+def time_stamp() -> str:
+    """``YYYY-MM-DD_HH-MM-SS`` as in run names (spec phases.md section 2)."""
+    return time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+class LogFolder:
+    """``runs/<phase>.<time>/`` created on first use, with one `RunFileSink` for all steps.
+
+    An install where every group is up to date starts no process and leaves no folder.
+    """
+
+    def __init__(self, runs: Path, phase: str) -> None:
+        self.path = runs / f"{phase}.{time_stamp()}"
+        self._sink = None
+
+    def sinks(self) -> list:
+        if self._sink is None:
+            from milabench.sinks.runfiles import RunFileSink
+
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._sink = RunFileSink(self.path)
+        return [self._sink]
+
+    @property
+    def used(self) -> bool:
+        return self._sink is not None
+
+    def close(self) -> None:
+        if self._sink is not None:
+            self._sink.close()
+
+
+def _is_venv(path: Path) -> bool:
+    return (path / "pyvenv.cfg").is_file()
+
+
+def _same_interpreter(venv: Path) -> bool:
+    """The environment was made by this interpreter's version (``pyvenv.cfg``)."""
+    try:
+        text = (venv / "pyvenv.cfg").read_text()
+    except OSError:
+        return False
+    wanted = "{}.{}.{}".format(*sys.version_info[:3])
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in ("version", "version_info") and value.strip().startswith(wanted):
+            return True
+    return False
+
+
+def _remove_venv(venv: Path) -> None:
+    """Delete an environment; refuse to delete a folder that is not one."""
+    if not venv.exists():
+        return
+    if not _is_venv(venv) and any(venv.iterdir()):
+        raise EnvironmentMissing(
+            f"{venv}: exists but is not a virtual environment; move it away or choose "
+            "another --base"
+        )
+    shutil.rmtree(venv)
+
+
+def _fail(group: InstallGroup, start: float, step: str, result: StepResult) -> GroupResult:
+    return GroupResult(group.name, group.benchmarks, FAILED, time.perf_counter() - start,
+                       f"{step}: {result.error}", str(group.venv), group.notes)
+
+
+def _install_requirements(group: InstallGroup, backend: Backend, logs: LogFolder,
+                          echo: bool) -> StepResult | None:
+    """The pip/uv install step (None when the group has nothing to install)."""
+    extra = write_entry_constraints(
+        group.constraint_lines, logs.path / f"{group.name}.constraints.txt"
+    )
+    spec = backend.install_spec(group, logs.path, extra)
+    if spec is None:
+        return None
+    return run_step(spec, logs.sinks(), echo=echo)
+
+
+def install_group(group: InstallGroup, backend: Backend, logs: LogFolder, *,
+                  force: bool = False, echo: bool = False, say=print) -> GroupResult:
+    """Install one group (see module docstring); never raises for a pip failure."""
+    start = time.perf_counter()
+    inputs = install_inputs(group)
+    digest = input_hash(inputs)
+    if not force and is_up_to_date(group, digest):
+        return GroupResult(group.name, group.benchmarks, UP_TO_DATE,
+                           time.perf_counter() - start, venv=str(group.venv))
+    changed = changed_inputs(group, inputs)
+    remove_marker(group)
+    recreate = force or not group.python.exists() or not _same_interpreter(group.venv)
+    why = f"; changed: {', '.join(changed)}" if changed and not force else ""
+    say(f"[{group.name}] {'creating' if recreate else 'updating'} {group.venv} "
+        f"({backend.name}{why})")
+    if recreate:
+        _remove_venv(group.venv)
+        group.venv.parent.mkdir(parents=True, exist_ok=True)
+        result = run_step(backend.create_spec(group, logs.path), logs.sinks(), echo=echo)
+        if not result.ok:
+            return _fail(group, start, "create", result)
+    result = _install_requirements(group, backend, logs, echo)
+    if result is not None and not result.ok:
+        return _fail(group, start, "install", result)
+    install_benchkit(group.venv)
+    result = run_step(validate_spec(group, logs.path), logs.sinks(), echo=echo)
+    if not result.ok:
+        return _fail(group, start, "validate", result)
+    seconds = time.perf_counter() - start
+    write_marker(group, digest, inputs, backend.name, seconds)
+    return GroupResult(group.name, group.benchmarks, INSTALLED, seconds,
+                       venv=str(group.venv), notes=group.notes)
+
+
+def check_current_env(group: InstallGroup, backend: Backend, logs: LogFolder, *,
+                      into_current_env: bool = False, echo: bool = False,
+                      say=print) -> GroupResult:
+    """``--use-current-env``: check (and, only when asked, install into) this interpreter."""
+    start = time.perf_counter()
+    status = CHECKED
+    if into_current_env:
+        say(f"[{group.name}] installing into the current environment {sys.prefix}")
+        result = _install_requirements(group, backend, logs, echo)
+        if result is not None and not result.ok:
+            return _fail(group, start, "install", result)
+        status = INSTALLED
+    result = run_step(validate_spec(group, logs.path), logs.sinks(), echo=echo)
+    if not result.ok:
+        return _fail(group, start, "validate", result)
+    return GroupResult(group.name, group.benchmarks, status, time.perf_counter() - start,
+                       venv=sys.prefix, notes=group.notes)
+
+
+def install_all(groups: list[InstallGroup], system: dict, runs: Path, *, force: bool = False,
+                backend: str | None = None, into_current_env: bool = False,
+                echo: bool = False, say=print) -> tuple[list[GroupResult], Path | None]:
+    """Install every group (failures do not stop the others); returns results and logs."""
+    from milabench.envs.backends import backend_name
+
+    chosen = Backend(backend or backend_name(system), system)
+    logs = LogFolder(runs, "install")
+    results: list[GroupResult] = []
+    try:
+        for group in groups:
+            if group.use_current_env:
+                res = check_current_env(group, chosen, logs, into_current_env=into_current_env,
+                                        echo=echo, say=say)
+            else:
+                res = install_group(group, chosen, logs, force=force, echo=echo, say=say)
+            results.append(res)
+    finally:
+        logs.close()
+    return results, (logs.path if logs.used else None)
+
+
+def summary_table(results: list[GroupResult]) -> str:
+    """One line per group: name, status, seconds, benchmarks and the error line."""
+    rows = [("group", "status", "time", "benchmarks", "")]
+    for r in results:
+        benches = ", ".join(r.benchmarks)
+        if len(benches) > 40:
+            benches = benches[:37] + "..."
+        rows.append((r.group, r.status, f"{r.seconds:.1f} s", benches, r.message))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = []
+    for row in rows:
+        cells = [row[i].ljust(widths[i]) for i in range(4)]
+        lines.append(("  ".join(cells) + ("  " + row[4] if row[4] else "")).rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""The input hash of an install group, and the marker that records a successful install.
+
+An install is skipped ("up to date") when the hash of everything that decides the
+environment's content equals the one stored in the marker: requirement files' contents,
+the constraints file and entries' constraint lines and pip args, the variant, the key
+imports, whether voir is installed, the interpreter (path and version) and the content of
+``benchkit`` (copied into every environment). The backend (uv or pip) is deliberately
+*not* an input: both produce the same environment. Nothing here starts a process, so the
+check takes milliseconds.
+
+The marker lives inside the environment (``<venv>/milabench-install.json``): deleting
+the environment deletes the mark. It is written last, after validation, atomically;
+it is removed before an install starts, so a failed or interrupted install is never
+taken for a good one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from milabench.envs.groups import InstallGroup
+
+MARKER_NAME = "milabench-install.json"
+FORMAT = 1  # bump when the install procedure changes what an environment contains
+BENCHKIT_DIR = Path(__file__).resolve().parents[2] / "benchkit"
+
+
+def benchkit_hash(folder: Path = BENCHKIT_DIR) -> str:
+    """Hash of benchkit's Python sources (names and contents)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(str(path.relative_to(folder)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _file_item(path: Path | None) -> dict | None:
+    if path is None:
+        return None
+    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def install_inputs(group: InstallGroup) -> dict:
+    """Everything that decides the environment's content, as JSON-able data."""
+    return {
+        "format": FORMAT,
+        "group": group.name,
+        "variant": group.variant,
+        "requirements": [_file_item(p) for p in group.requirements],
+        "constraints": _file_item(group.constraints),
+        "constraint_lines": list(group.constraint_lines),
+        "index_args": list(group.index_args),
+        "pip_args": list(group.pip_args),
+        "key_imports": list(group.key_imports),
+        "voir": group.needs_voir,
+        "python": {"executable": sys.executable, "version": sys.version},
+        "benchkit": benchkit_hash(),
+    }
+
+
+def input_hash(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def marker_path(group: InstallGroup) -> Path:
+    return group.venv / MARKER_NAME
+
+
+def read_marker(group: InstallGroup) -> dict | None:
+    try:
+        return json.loads(marker_path(group).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_up_to_date(group: InstallGroup, digest: str) -> bool:
+    """The marker matches ``digest`` and the environment's interpreter still exists."""
+    marker = read_marker(group)
+    return bool(marker and marker.get("hash") == digest and group.python.exists())
+
+
+def changed_inputs(group: InstallGroup, inputs: dict) -> list[str]:
+    """Names of the inputs that differ from the last successful install (for messages)."""
+    marker = read_marker(group)
+    if not marker or not isinstance(marker.get("inputs"), dict):
+        return []
+    old = marker["inputs"]
+    return sorted(k for k in set(old) | set(inputs) if old.get(k) != inputs.get(k))
+
+
+def remove_marker(group: InstallGroup) -> None:
+    marker_path(group).unlink(missing_ok=True)
+
+
+def write_marker(group: InstallGroup, digest: str, inputs: dict, backend: str,
+                 seconds: float) -> None:
+    """Record a validated install (atomic rename: never a half-written marker)."""
+    path = marker_path(group)
+    content = {
+        "hash": digest,
+        "backend": backend,
+        "time": time.time(),
+        "seconds": round(seconds, 3),
+        "benchmarks": group.benchmarks,
+        "inputs": inputs,
+    }
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)

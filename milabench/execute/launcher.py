@@ -1,0 +1,156 @@
+"""Starting one `ProcessSpec` and controlling it: the `Launcher` interface.
+
+A launcher's ``start(spec)`` returns a `ProcessHandle`: three async iterables of line
+batches (``stdout``, ``stderr``, ``data``; each yields ``list[str]`` of complete lines
+without newline; ``data`` may be None when records come smuggled in stdout),
+``wait() -> int``, and ``stop(grace)`` / ``cleanup()`` that guarantee nothing the process
+started survives. `LocalLauncher` is the local implementation; `milabench.remote`
+provides an SSH one with the same interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator
+
+from milabench.execute.cleanup import TOKEN_VAR, ProcessTracker
+from milabench.execute.lines import line_batches
+from milabench.plan.spec import ProcessSpec
+
+
+async def _no_lines() -> AsyncIterator[list[str]]:
+    return
+    yield  # pragma: no cover
+
+
+class ProcessHandle:
+    """A running process. Subclasses implement `wait`, `stop` and `cleanup`."""
+
+    pid: int | None = None
+    stdout: AsyncIterator[list[str]]
+    stderr: AsyncIterator[list[str]]
+    data: AsyncIterator[list[str]] | None = None
+
+    async def wait(self) -> int:
+        raise NotImplementedError
+
+    async def stop(self, grace: float) -> None:
+        """SIGTERM everything, SIGKILL after ``grace`` seconds; returns once all are gone."""
+        raise NotImplementedError
+
+    async def cleanup(self) -> None:
+        """After the main process exited: kill whatever it left behind."""
+        raise NotImplementedError
+
+
+class Launcher:
+    async def start(self, spec: ProcessSpec) -> ProcessHandle:
+        raise NotImplementedError
+
+
+class LocalHandle(ProcessHandle):
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        data_reader: asyncio.StreamReader | None,
+        data_transport: asyncio.BaseTransport | None,
+        token: str,
+    ) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        assert proc.stdout is not None and proc.stderr is not None
+        self.stdout = line_batches(proc.stdout)
+        self.stderr = line_batches(proc.stderr)
+        self.data = line_batches(data_reader) if data_reader is not None else None
+        self._data_transport = data_transport
+        self.tracker = ProcessTracker(proc.pid, token)
+        self._watch = asyncio.ensure_future(self.tracker.watch())
+
+    async def wait(self) -> int:
+        return await self.proc.wait()
+
+    def _finish_watch(self) -> None:
+        self._watch.cancel()
+
+    async def stop(self, grace: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        survivors = self.tracker.survivors()
+        self.tracker.signal_all(signal.SIGTERM, survivors)  # killpg reaches the leader
+        if self.proc.returncode is None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace)
+            except TimeoutError:
+                pass
+        await self.tracker.wait_gone(survivors, max(deadline - loop.time(), 0.0))
+        leftovers = self.tracker.survivors()
+        if self.proc.returncode is None or leftovers:
+            self.tracker.signal_all(signal.SIGKILL, leftovers)
+            if self.proc.returncode is None:
+                try:
+                    self.proc.kill()
+                except ProcessLookupError:
+                    pass
+            await self.tracker.wait_gone(leftovers, 2.0)
+        await self.proc.wait()
+        self._finish_watch()
+
+    async def cleanup(self) -> None:
+        self._finish_watch()
+        await self.tracker.kill_survivors(grace=1.0)
+
+    def close(self) -> None:
+        self._finish_watch()
+        if self._data_transport is not None:
+            self._data_transport.close()
+
+
+class LocalLauncher(Launcher):
+    """Processes on this machine, each in a new session (its own process group).
+
+    The data channel is a pipe whose write end is passed with ``pass_fds`` and announced
+    by ``DATA_FD``; for ``data_channel="smuggle"`` ``DATA_FD=1`` asks for records hidden
+    in standard output instead.
+    """
+
+    async def start(self, spec: ProcessSpec) -> LocalHandle:
+        loop = asyncio.get_running_loop()
+        token = uuid.uuid4().hex
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in spec.env.items()})
+        env[TOKEN_VAR] = token
+        read_fd = write_fd = None
+        pass_fds: tuple[int, ...] = ()
+        if spec.data_channel == "fd":
+            read_fd, write_fd = os.pipe()
+            env["DATA_FD"] = str(write_fd)
+            pass_fds = (write_fd,)
+        else:
+            env["DATA_FD"] = "1"
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *spec.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=spec.cwd or None,
+                env=env,
+                pass_fds=pass_fds,
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in (read_fd, write_fd):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        reader = transport = None
+        if write_fd is not None and read_fd is not None:
+            os.close(write_fd)
+            reader = asyncio.StreamReader(limit=1 << 24)
+            transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
+            )
+        return LocalHandle(proc, reader, transport, token)

@@ -1,0 +1,331 @@
+"""Run the processes of one benchmark concurrently and turn everything into events.
+
+For each `ProcessSpec` the sinks receive, in order: ``config`` (the redacted entry),
+``meta``, ``start``, then ``line``/``data``/``format_error``/other instrumentation events
+as they arrive, and ``end``. Whatever happens (normal exit, crash, timeout, early stop,
+Ctrl-C, an exception in the orchestrator) every process the benchmark started is gone
+when `run_specs` returns: see `milabench.execute.cleanup`.
+
+Return codes in ``end``: the process's exit status (negative: killed by that signal),
+``"TIMEOUT"`` (stopped after ``max_duration``), ``"INTERRUPTED"`` (Ctrl-C), and 127/126
+when the program could not be started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from benchkit.channel import SmuggleDecoder
+from milabench.events import redact
+from milabench.execute.launcher import Launcher, LocalLauncher, ProcessHandle
+from milabench.plan.spec import ProcessSpec
+
+TIMEOUT = "TIMEOUT"
+INTERRUPTED = "INTERRUPTED"
+# Events the orchestrator writes itself; a benchmark may not forge them.
+RESERVED_EVENTS = frozenset({"config", "meta", "start", "end", "line", "format_error"})
+
+
+@dataclass
+class Outcome:
+    """How one process ended."""
+
+    tag: str
+    return_code: int | str
+    early_stop: bool = False
+    duration: float = 0.0
+
+    @property
+    def succeeded(self) -> bool:
+        if self.return_code in (TIMEOUT, INTERRUPTED):
+            return False
+        return self.return_code == 0 or self.early_stop
+
+
+class _Emitter:
+    """Fans one process's events out to every sink (in batches when a sink allows it).
+
+    A sink may implement ``on_events(tag, events)`` to receive a whole chunk of events at
+    once (one write per chunk instead of one per line); others get ``on_event`` calls.
+    """
+
+    __slots__ = ("tag", "sinks", "_batchers")
+
+    def __init__(self, tag: str, sinks: list) -> None:
+        self.tag = tag
+        self.sinks = sinks
+        self._batchers = [getattr(s, "on_events", None) for s in sinks]
+
+    def __call__(self, event: str, data: Any = None, pipe: str | None = None) -> None:
+        record = {"event": event, "data": data, "pipe": pipe}
+        for sink in self.sinks:
+            sink.on_event(self.tag, record)
+
+    def many(self, records: list[dict]) -> None:
+        if not records:
+            return
+        for sink, batch in zip(self.sinks, self._batchers, strict=True):
+            if batch is not None:
+                batch(self.tag, records)
+            else:
+                for record in records:
+                    sink.on_event(self.tag, record)
+
+
+def _format_error(line: str, error: str) -> dict:
+    return {"event": "format_error", "data": {"line": line, "error": error}, "pipe": "data"}
+
+
+class _Channel:
+    """Decodes data-channel lines into events; notices early stop.
+
+    Hot path (the channel must ingest >100k lines/s): a chunk of lines is parsed with one
+    ``json.loads`` of ``[line,line,...]`` when every line looks like one object; any
+    doubt (a parse error, a count mismatch) falls back to parsing line by line, which is
+    what decides format errors. Records are passed on with their original text under the
+    ``_json`` key so the run-file sink can write them without encoding them again.
+    """
+
+    def __init__(self, emit: _Emitter) -> None:
+        self.emit = emit
+        self.stopped = asyncio.Event()
+
+    def feed(self, lines: Iterable[str]) -> None:
+        raw_lines = [x for x in lines if x and not x.isspace()]
+        if not raw_lines:
+            return
+        lines = [x.strip() for x in raw_lines]
+        parsed = None
+        if all(x[0] == "{" and x[-1] == "}" for x in lines):
+            try:
+                parsed = json.loads("[" + ",".join(lines) + "]")
+            except ValueError:
+                parsed = None
+            if parsed is not None and len(parsed) != len(lines):
+                parsed = None
+        if parsed is None:
+            parsed = []
+            for line in lines:
+                try:
+                    parsed.append(json.loads(line))
+                except ValueError as err:
+                    parsed.append(err)
+        events: list[dict] = []
+        for raw, line, record in zip(raw_lines, lines, parsed, strict=True):
+            if isinstance(record, ValueError):
+                events.append(_format_error(raw, str(record)))
+            elif type(record) is not dict:
+                events.append(_format_error(raw, "not a JSON object"))
+            elif "$event" in record:
+                name = record["$event"]
+                if not isinstance(name, str) or name in RESERVED_EVENTS:
+                    events.append(_format_error(raw, "invalid event name"))
+                    continue
+                events.append({"event": name, "data": record.get("$data"), "pipe": "data"})
+                if name == "stop":
+                    self.stopped.set()
+            elif "NaN" in line or "Infinity" in line:
+                events.append({"event": "data", "data": record, "pipe": "data"})
+            else:
+                events.append({"event": "data", "data": record, "pipe": "data", "_json": line})
+        self.emit.many(events)
+
+
+async def _pump_text(batches, emit: _Emitter, pipe: str, decoder=None, channel=None) -> None:
+    """Output lines as ``line`` events; smuggled records are taken out into the channel."""
+    async for lines in batches:
+        events = []
+        for line in lines:
+            if decoder is not None and "\x1b[" in line:
+                plain, records = decoder.feed(line)
+                plain += decoder.flush()  # a record never spans two lines
+                if records:
+                    emit.many(events)
+                    events = []
+                    channel.feed(records)
+                    if not plain.strip():
+                        continue
+                line = plain
+            events.append({"event": "line", "data": line, "pipe": pipe})
+        emit.many(events)
+
+
+async def _pump_data(batches, channel: _Channel) -> None:
+    async for lines in batches:
+        channel.feed(lines)
+
+
+def _launcher_for(spec: ProcessSpec, launcher: Launcher | None) -> Launcher:
+    if launcher is not None:
+        return launcher
+    node = spec.node
+    if node is None or node.get("local"):
+        return LocalLauncher()
+    from milabench.remote import SSHLauncher  # only multi-node runs need asyncssh
+
+    return SSHLauncher()
+
+
+def _error_code(err: BaseException) -> int:
+    if isinstance(err, FileNotFoundError):
+        return 127
+    if isinstance(err, PermissionError):
+        return 126
+    return 1
+
+
+async def _meta(spec: ProcessSpec, system: dict | None) -> dict:
+    from milabench.metadata import meta_for_entry
+
+    return await meta_for_entry(spec.entry, system)
+
+
+async def run_one(
+    spec: ProcessSpec,
+    sinks: list,
+    *,
+    launcher: Launcher | None = None,
+    stop_event: asyncio.Event | None = None,
+    grace: float = 5.0,
+    early_stop_grace: float = 2.0,
+    interrupt_grace: float = 3.0,
+    system: dict | None = None,
+    meta: dict | None = None,
+) -> Outcome:
+    """Start one process, stream it, enforce its timeout, clean up, report its end."""
+    emit = _Emitter(spec.name, sinks)
+    emit("config", redact(spec.entry))
+    emit("meta", meta if meta is not None else await _meta(spec, system))
+    command = redact(list(spec.argv))
+    began = time.time()
+    emit("start", {"command": command, "time": began})
+    try:
+        handle: ProcessHandle = await _launcher_for(spec, launcher).start(spec)
+    except OSError as err:
+        code = _error_code(err)
+        emit(
+            "error", {"type": type(err).__name__, "message": f"cannot start {spec.argv[0]}: {err}"}
+        )
+        emit("end", {"command": command, "time": time.time(), "return_code": code})
+        return Outcome(spec.name, code, False, time.time() - began)
+
+    channel = _Channel(emit)
+    smuggle = spec.data_channel == "smuggle"
+    pumps = [
+        asyncio.ensure_future(
+            _pump_text(
+                handle.stdout, emit, "stdout", SmuggleDecoder() if smuggle else None, channel
+            )
+        ),
+        asyncio.ensure_future(_pump_text(handle.stderr, emit, "stderr")),
+    ]
+    if handle.data is not None:
+        pumps.append(asyncio.ensure_future(_pump_data(handle.data, channel)))
+
+    waiter = asyncio.ensure_future(handle.wait())
+    watched = [waiter, asyncio.ensure_future(channel.stopped.wait())]
+    if stop_event is not None:
+        watched.append(asyncio.ensure_future(stop_event.wait()))
+    return_code: int | str | None = None
+    early = False
+    stopped_by_us = False
+    try:
+        timeout = spec.timeout if spec.timeout and spec.timeout > 0 else None
+        await asyncio.wait(watched, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if waiter.done():
+            return_code = waiter.result()
+        elif stop_event is not None and stop_event.is_set():
+            emit("message", {"message": "interrupted: stopping the benchmark"})
+            await handle.stop(min(grace, interrupt_grace))
+            return_code, stopped_by_us = INTERRUPTED, True
+        elif channel.stopped.is_set():
+            early = True
+            remaining = None if timeout is None else max(began + timeout - time.time(), 0.0)
+            wait_for = early_stop_grace if remaining is None else min(early_stop_grace, remaining)
+            done, _ = await asyncio.wait([waiter], timeout=wait_for)
+            if waiter.done():
+                return_code = waiter.result()
+            else:
+                emit("message", {"message": "early stop: terminating the remaining processes"})
+                await handle.stop(grace)
+                return_code, stopped_by_us = waiter.result(), True
+        else:
+            emit(
+                "message", {"message": f"timeout: still running after {spec.timeout:g} s, stopped"}
+            )
+            await handle.stop(grace)
+            return_code, stopped_by_us = TIMEOUT, True
+        if not stopped_by_us:
+            await handle.cleanup()
+    except BaseException:
+        # Orchestrator error or cancellation: never leave the process behind.
+        await asyncio.shield(handle.stop(min(grace, interrupt_grace)))
+        raise
+    finally:
+        for task in watched[1:]:
+            task.cancel()
+        early = early or channel.stopped.is_set()
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*pumps), timeout=5.0)
+    except TimeoutError:
+        emit("message", {"message": "output still open after the process ended; closed"})
+        for task in pumps:
+            task.cancel()
+    close = getattr(handle, "close", None)
+    if close is not None:
+        close()
+    end: dict[str, Any] = {"command": command, "time": time.time(), "return_code": return_code}
+    if early:
+        end["early_stop"] = True
+    emit("end", end)
+    return Outcome(spec.name, return_code, early, time.time() - began)
+
+
+async def run_specs(
+    specs: list[ProcessSpec],
+    sinks: list,
+    *,
+    launcher: Launcher | None = None,
+    stop_event: asyncio.Event | None = None,
+    grace: float = 5.0,
+    early_stop_grace: float = 2.0,
+    system: dict | None = None,
+) -> list[Outcome]:
+    """Run ``specs`` concurrently (the processes of one benchmark); outcomes in order."""
+    if not specs:
+        return []
+    # One meta record per benchmark: the machine part is cached, the probe once per venv.
+    meta = await _meta(specs[0], system)
+    tasks = [
+        asyncio.ensure_future(
+            run_one(
+                spec,
+                sinks,
+                launcher=launcher,
+                stop_event=stop_event,
+                grace=grace,
+                early_stop_grace=early_stop_grace,
+                system=system,
+                meta=meta if spec.entry is specs[0].entry else None,
+            )
+        )
+        for spec in specs
+    ]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def run_specs_sync(specs: list[ProcessSpec], sinks: list, **kwargs: Any) -> list[Outcome]:
+    """`run_specs` for callers without an event loop (tests, `envs`, prepare)."""
+    return asyncio.run(run_specs(specs, sinks, **kwargs))

@@ -1,0 +1,198 @@
+"""The machine metadata record (`meta` event, `milabench machine`).
+
+Computed once per process and cached: the machine part (CPU, OS, accelerators, tool
+version and git commit) does not change during a run. The framework part (torch version
+and build settings) is read from *inside* each benchmark environment with a tiny probe
+that does not even start the interpreter: ``torch/version.py`` (version, CUDA/HIP
+versions, git revision) is read as data from the environment's site-packages, once per
+interpreter.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import os
+import platform
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from milabench import __version__
+from milabench.events import redact
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu_brand() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit(root: Path = REPO_ROOT) -> str | None:
+    """HEAD of the tool's repository, read from ``.git`` without starting git."""
+    git = root / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head
+        ref = head.split(None, 1)[1]
+        path = git / ref
+        if path.exists():
+            return path.read_text().strip()
+        packed = git / "packed-refs"
+        if packed.exists():
+            for line in packed.read_text().splitlines():
+                if line.endswith(" " + ref):
+                    return line.split()[0]
+    except OSError:
+        return None
+    return None
+
+
+def accelerators_info() -> dict[str, Any]:
+    try:
+        from milabench.monitor.accelerators import detect
+    except ImportError:
+        return {"arch": "cpu", "gpus": {}, "system": {}}
+    try:
+        acc = detect()
+        gpus = {str(d.get("index", i)): d for i, d in enumerate(acc.devices())}
+        return {"arch": acc.arch, "gpus": gpus, "system": acc.system_info()}
+    except Exception as err:  # metadata must never stop a run
+        return {"arch": "unknown", "gpus": {}, "system": {}, "error": repr(err)}
+
+
+@cache
+def _machine() -> dict[str, Any]:
+    uname = os.uname()
+    return {
+        "cpu": {"count": os.cpu_count(), "brand": cpu_brand()},
+        "os": {
+            "sysname": uname.sysname,
+            "nodename": uname.nodename,
+            "release": uname.release,
+            "version": uname.version,
+            "machine": uname.machine,
+        },
+        "accelerators": accelerators_info(),
+        "milabench": {"version": __version__, "commit": git_commit()},
+        "python": platform.python_version(),
+    }
+
+
+def machine_metadata(system: dict | None = None) -> dict[str, Any]:
+    """The `meta` record without the environment part (redacted)."""
+    record = dict(_machine())
+    record["date"] = datetime.datetime.now(datetime.UTC).isoformat()
+    record["options"] = (system or {}).get("options") or {}
+    return redact(record)
+
+
+_env_cache: dict[str, dict[str, Any]] = {}
+_TORCH_KEYS = ("__version__", "git_version", "cuda", "hip", "xpu", "debug")
+
+
+def _literal_assignments(path: Path) -> dict[str, Any]:
+    """``NAME = <literal>`` lines of a Python file, read without executing it."""
+    values: dict[str, Any] = {}
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in tree.body:
+        target = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target = node.target
+        if isinstance(target, ast.Name):
+            try:
+                values[target.id] = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError):
+                continue
+    return values
+
+
+def torch_build(version_file: Path | None) -> dict[str, Any] | None:
+    """torch's version and build settings from its ``version.py`` (no import of torch)."""
+    if version_file is None or not version_file.is_file():
+        return None
+    try:
+        values = _literal_assignments(version_file)
+    except (OSError, SyntaxError, ValueError) as err:
+        return {"error": repr(err)}
+    info = {k: values.get(k) for k in _TORCH_KEYS if k in values}
+    info["version"] = info.pop("__version__", None)
+    return info
+
+
+def _site_packages(python: str) -> tuple[list[Path], str | None]:
+    """Site folders and Python version of the environment owning ``python``."""
+    if Path(python) == Path(sys.executable):
+        import site
+
+        dirs = [Path(p) for p in site.getsitepackages() + [site.getusersitepackages()]]
+        dirs += [Path(p) for p in sys.path if p.endswith("site-packages")]
+        return dirs, platform.python_version()
+    prefix = Path(python).parent.parent
+    version = None
+    cfg = prefix / "pyvenv.cfg"
+    if cfg.is_file():
+        for line in cfg.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() in ("version", "version_info"):
+                version = value.strip()
+                break
+    return sorted(prefix.glob("lib/python3*/site-packages")), version
+
+
+def probe_environment(python: str) -> dict[str, Any]:
+    """Framework versions of the environment of ``python`` (cached per interpreter).
+
+    Reads files instead of starting the interpreter: importing torch costs seconds and
+    even a bare interpreter start costs tens of milliseconds before every benchmark.
+    """
+    if python in _env_cache:
+        return _env_cache[python]
+    dirs, version = _site_packages(python)
+    info: dict[str, Any] = {"python": version, "executable": python}
+    for folder in dirs:
+        candidate = folder / "torch" / "version.py"
+        if candidate.is_file():
+            info["torch"] = torch_build(candidate)
+            break
+    _env_cache[python] = info
+    return info
+
+
+async def probe_environment_async(python: str) -> dict[str, Any]:
+    return probe_environment(python)
+
+
+def python_of(entry: dict) -> str:
+    """The interpreter of an entry's environment."""
+    if entry.get("use_current_env"):
+        return sys.executable
+    venv = (entry.get("dirs") or {}).get("venv")
+    return str(Path(venv) / "bin" / "python") if venv else sys.executable
+
+
+def meta_record(system: dict | None, environment: dict | None) -> dict[str, Any]:
+    record = machine_metadata(system)
+    if environment is not None:
+        record["environment"] = environment
+        if isinstance(environment.get("torch"), dict):
+            record["torch"] = environment["torch"]
+    return redact(record)
+
+
+async def meta_for_entry(entry: dict, system: dict | None) -> dict[str, Any]:
+    """The full `meta` record for a benchmark's processes (probe cached per venv)."""
+    python = python_of(entry)
+    env = await probe_environment_async(python) if Path(python).exists() else None
+    return meta_record(system, env)

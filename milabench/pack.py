@@ -1,0 +1,251 @@
+"""The benchmark package class: what a benchmark folder can customise.
+
+A benchmark folder may hold a ``benchfile.py`` whose ``__pack__`` is a subclass of
+`BenchmarkPackage`; without one the base class is used, which is enough for a folder
+with ``main.py`` (+ optional ``prepare.py``/``voirfile.py``/requirements). Every hook
+returns data (paths, argv lists, variables, plans), never runs anything: `milabench.envs`
+and `milabench.execute` do the running, so a pack can be inspected and tested freely.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from milabench.errors import ConfigError
+from milabench.plan.nodes import PlanNode, Script, Voir
+
+# requirement name (lower case) -> module to import when it differs from the name
+IMPORT_NAMES: dict[str, str] = {
+    "pyyaml": "yaml",
+    "pillow": "PIL",
+    "scikit-learn": "sklearn",
+    "scikit-image": "skimage",
+    "opencv-python": "cv2",
+    "opencv-python-headless": "cv2",
+    "beautifulsoup4": "bs4",
+    "protobuf": "google.protobuf",
+    "nvidia-ml-py": "pynvml",
+    "python-dateutil": "dateutil",
+    "pytorch-lightning": "pytorch_lightning",
+    "lightning": "lightning",
+    "tensorflow-cpu": "tensorflow",
+    "faiss-cpu": "faiss",
+    "faiss-gpu": "faiss",
+    "msgpack-python": "msgpack",
+    "typing-extensions": "typing_extensions",
+    "sentencepiece": "sentencepiece",
+    "jax[cuda12]": "jax",
+    "torch-geometric": "torch_geometric",
+    "ptera": "ptera",
+    "voir": "voir",
+}
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def requirement_names(path: Path) -> list[str]:
+    """Distribution names listed in a requirements file (options, URLs, comments skipped)."""
+    names: list[str] = []
+    if not path.is_file():
+        return names
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        match = _REQ_NAME.match(line)
+        if match:
+            names.append(match.group(1))
+    return names
+
+
+def import_name(requirement: str) -> str:
+    """Module name for a distribution name (``PyYAML`` -> ``yaml``)."""
+    key = requirement.lower()
+    return IMPORT_NAMES.get(key, key.replace("-", "_").replace(".", "_"))
+
+
+def _argv_list(entry: dict) -> list[str]:
+    """The entry's argv as a list, assembled by the config engine (spec config.md 1.5)."""
+    from milabench.config.argv import argv_list
+
+    return argv_list(entry)
+
+
+class BenchmarkPackage:
+    """Default behaviour of a benchmark folder; subclass it in ``benchfile.py``.
+
+    Class attributes a subclass typically sets: ``main_script`` (file run by ``run``,
+    relative to the folder), ``prepare_name`` (prepare script), ``key_imports`` (modules
+    whose import proves the environment works).
+    """
+
+    main_script: str = "main.py"
+    prepare_name: str = "prepare.py"
+    voirfile_name: str = "voirfile.py"
+
+    def __init__(self, entry: dict, system: dict) -> None:
+        self.entry = entry
+        self.system = system
+
+    # -- identity and places ---------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return str(self.entry["name"])
+
+    @property
+    def definition(self) -> Path:
+        return Path(self.entry.get("definition") or ".")
+
+    @property
+    def dirs(self) -> dict[str, Any]:
+        return self.entry.get("dirs") or {}
+
+    @property
+    def use_current_env(self) -> bool:
+        return bool(self.entry.get("use_current_env"))
+
+    @property
+    def venv(self) -> Path:
+        """The environment the benchmark runs in (the current one with use_current_env)."""
+        if self.use_current_env:
+            return Path(sys.prefix)
+        return Path(self.dirs.get("venv") or Path(sys.prefix))
+
+    @property
+    def bindir(self) -> Path:
+        if self.use_current_env:
+            return Path(sys.executable).parent
+        return self.venv / "bin"
+
+    @property
+    def python(self) -> str:
+        """Interpreter of the benchmark's environment."""
+        if self.use_current_env:
+            return sys.executable
+        return str(self.bindir / "python")
+
+    def executable(self, name: str) -> str:
+        """A console script of the environment (``voir``, ``torchrun``)."""
+        return str(self.bindir / name)
+
+    # -- files of the folder ---------------------------------------------------------
+    @property
+    def main_path(self) -> Path:
+        return self.definition / self.main_script
+
+    @property
+    def prepare_script(self) -> Path | None:
+        path = self.definition / self.prepare_name
+        return path if path.exists() else None
+
+    @property
+    def voirfile(self) -> Path | None:
+        path = self.definition / self.voirfile_name
+        return path if path.exists() else None
+
+    def requirements_file(self, variant: str | None = None) -> Path:
+        """``requirements.<variant>.txt`` (``requirements.in`` for variant ``unpinned``)."""
+        variant = variant or self.entry.get("install_variant") or self.system.get("arch")
+        if variant in (None, "", "unpinned"):
+            return self.definition / "requirements.in"
+        return self.definition / f"requirements.{variant}.txt"
+
+    @property
+    def key_imports(self) -> list[str]:
+        """Modules to import to validate the environment (from ``requirements.in``).
+
+        A benchfile overrides this with a plain class attribute list.
+        """
+        return [import_name(n) for n in requirement_names(self.definition / "requirements.in")]
+
+    # -- command line and environment ------------------------------------------------
+    @property
+    def argv(self) -> list[str]:
+        """The assembled argv; placeholders are resolved per process by the plan."""
+        return _argv_list(self.entry)
+
+    def make_env(self) -> dict[str, str]:
+        """Extra variables for this benchmark's processes (added to `benchmark_env`)."""
+        return {}
+
+    # -- plans -------------------------------------------------------------------------
+    def script_node(
+        self,
+        script: str | Path | None = None,
+        argv: list[str] | None = None,
+        tag: list[str] | None = None,
+    ) -> Script:
+        return Script(
+            self.entry,
+            self.system,
+            script or self.main_path,
+            self.argv if argv is None else argv,
+            python=self.python,
+            env=self.make_env(),
+            tag=tag,
+            cwd=self.definition,
+        )
+
+    def command_node(self) -> PlanNode:
+        """The main script, under voir when the folder has a voirfile."""
+        node: PlanNode = self.script_node()
+        if self.voirfile is not None:
+            node = Voir(node, voirfile=self.voirfile, executable=self.executable("voir"))
+        return node
+
+    def build_run_plan(self) -> PlanNode:
+        """The plan for ``plan.method`` (override for a custom launcher)."""
+        from milabench.plan import build_plan
+
+        return build_plan(self)
+
+    def build_prepare_plan(self) -> PlanNode | None:
+        """``python prepare.py <argv>`` once, or None when the folder has no prepare step."""
+        script = self.prepare_script
+        if script is None:
+            return None
+        return self.script_node(script)
+
+    # phases.md names for the same hooks
+    def run(self) -> PlanNode:
+        return self.build_run_plan()
+
+    def prepare(self) -> PlanNode | None:
+        return self.build_prepare_plan()
+
+
+_loaded: dict[str, type[BenchmarkPackage]] = {}
+
+
+def pack_class(definition: str | Path) -> type[BenchmarkPackage]:
+    """The ``__pack__`` class of ``<definition>/benchfile.py`` (base class when absent)."""
+    path = Path(definition) / "benchfile.py"
+    key = str(path.resolve()) if path.exists() else ""
+    if not key:
+        return BenchmarkPackage
+    if key in _loaded:
+        return _loaded[key]
+    modname = "milabench_benchfile_" + re.sub(r"\W", "_", key)
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{path}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        sys.modules.pop(modname, None)
+        raise ConfigError(f"{path}: cannot be imported: {type(err).__name__}: {err}") from err
+    cls = getattr(module, "__pack__", None)
+    if not (isinstance(cls, type) and issubclass(cls, BenchmarkPackage)):
+        raise ConfigError(f"{path}: __pack__ must be a subclass of milabench.pack.BenchmarkPackage")
+    _loaded[key] = cls
+    return cls
+
+
+def load_pack(entry: dict, system: dict) -> BenchmarkPackage:
+    """The package object of ``entry`` (its benchfile's class, or the base class)."""
+    return pack_class(entry.get("definition") or ".")(entry, system)

@@ -1,0 +1,289 @@
+"""Composable command nodes: every layer adds only its own argv, environment and options.
+
+A plan is a small tree::
+
+    Script (python main.py args)
+      -> Voir (voir --stop 60 ... main.py args, VOIRFILE=...)
+        -> PerGPU / NJobs (fan-out, one process per device or job)
+        or TorchRun (one launcher starting several workers)
+          -> Wrapper subclasses of `milabench.remote` (ssh, docker, multi-node)
+
+Each node computes `ProcessSpec`s from its inner node's specs with `specs(device)`;
+``device`` is the accelerator index a fan-out layer restricts the inner command to (None:
+every visible device). Nothing here starts a process, so a plan can be printed by
+`milabench matrix` and compared in unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from milabench.plan.environment import benchmark_env, device_indices, gpu_count, venv_bin
+from milabench.plan.spec import ProcessSpec
+
+
+def resolve_argv(argv: list[str], entry: dict, system: dict, device: int | None) -> list[str]:
+    """Brace placeholders resolved by the config engine (`milabench.config.placeholders`)."""
+    from milabench.config.placeholders import resolve_argv as _resolve
+
+    return _resolve([str(a) for a in argv], entry, system, device=device)
+
+
+def entry_tag(entry: dict) -> list[str]:
+    tag = entry.get("tag") or [entry["name"]]
+    return [str(t) for t in tag]
+
+
+def entry_timeout(entry: dict) -> float:
+    value = entry.get("max_duration")
+    return float(value) if value not in (None, "") else 600.0
+
+
+class PlanNode:
+    """Base of every node: `specs(device)` gives the processes, `processes()` the plan's."""
+
+    entry: dict
+    system: dict
+
+    def specs(self, device: int | None = None) -> list[ProcessSpec]:
+        raise NotImplementedError
+
+    def processes(self) -> list[ProcessSpec]:
+        """Every process this plan starts (what the runner and `matrix` consume)."""
+        return self.specs(None)
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+class Script(PlanNode):
+    """``<python> <script> <argv...>`` in the benchmark's folder with its variables.
+
+    ``argv`` is the assembled argument list *before* placeholder resolution: placeholders
+    such as ``{cpu_per_gpu}`` or ``{device}`` depend on the device the process gets, so
+    they are resolved here, per process.
+    """
+
+    def __init__(
+        self,
+        entry: dict,
+        system: dict,
+        script: str | Path,
+        argv: list[str] | None = None,
+        *,
+        python: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        tag: list[str] | None = None,
+        cwd: str | Path | None = None,
+    ) -> None:
+        self.entry = entry
+        self.system = system
+        self.script = str(script)
+        self.argv = list(argv or [])
+        self.python = str(python or venv_bin(entry) / "python")
+        self.env = dict(env or {})
+        self.tag = list(tag) if tag is not None else entry_tag(entry)
+        self.cwd = str(cwd or entry.get("definition") or ".")
+
+    def specs(self, device: int | None = None) -> list[ProcessSpec]:
+        env = benchmark_env(self.entry, self.system, device)
+        env.update(self.env)
+        argv = resolve_argv(self.argv, self.entry, self.system, device)
+        return [
+            ProcessSpec(
+                tag=list(self.tag),
+                argv=[self.python, self.script, *argv],
+                env=env,
+                cwd=self.cwd,
+                node=None,
+                data_channel="fd",
+                timeout=entry_timeout(self.entry),
+                entry=self.entry,
+            )
+        ]
+
+
+def voir_flags(options: Mapping[str, Any] | None) -> list[str]:
+    """``{stop: 60, gpu_poll: 1, dash: true, x: null}`` -> ``--stop 60 --gpu-poll 1 --dash``."""
+    flags: list[str] = []
+    for key, value in (options or {}).items():
+        if value is None or value is False:
+            continue
+        flag = "--" + str(key).replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif isinstance(value, list | tuple):
+            flags += [flag, ",".join(str(v) for v in value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+class Voir(PlanNode):
+    """Run the inner script under ``voir`` with the entry's ``voir.options``.
+
+    The interpreter of the inner command is replaced by ``<venv>/bin/voir``, which loads
+    ``VOIRFILE`` (the benchmark's ``voirfile.py``) and reports through ``DATA_FD``.
+    """
+
+    def __init__(
+        self,
+        inner: PlanNode,
+        *,
+        voirfile: str | Path | None,
+        options: Mapping[str, Any] | None = None,
+        executable: str | Path | None = None,
+    ) -> None:
+        self.inner = inner
+        self.entry = inner.entry
+        self.system = inner.system
+        self.voirfile = str(voirfile) if voirfile else None
+        if options is None:
+            options = (self.entry.get("voir") or {}).get("options") or {}
+        self.options = dict(options)
+        self.executable = str(executable or venv_bin(self.entry) / "voir")
+
+    def specs(self, device: int | None = None) -> list[ProcessSpec]:
+        out = []
+        for spec in self.inner.specs(device):
+            env = dict(spec.env)
+            if self.voirfile:
+                env["VOIRFILE"] = self.voirfile
+            argv = [self.executable, *voir_flags(self.options), *spec.argv[1:]]
+            out.append(spec.evolve(argv=argv, env=env))
+        return out
+
+
+class PerGPU(PlanNode):
+    """One process per visible device, each restricted to it; tag ``D<index>``.
+
+    Without accelerators there is still one process, ``D0``.
+    """
+
+    def __init__(self, inner: PlanNode) -> None:
+        self.inner = inner
+        self.entry = inner.entry
+        self.system = inner.system
+
+    def specs(self, device: int | None = None) -> list[ProcessSpec]:
+        devices = [device] if device is not None else device_indices(self.system)
+        if not devices:
+            return [
+                s.evolve(tag=[*s.tag, "D0"])
+                for s in self.inner.specs(0 if device is None else device)
+            ]
+        out = []
+        for index in devices:
+            out += [s.evolve(tag=[*s.tag, f"D{index}"]) for s in self.inner.specs(index)]
+        return out
+
+
+class NJobs(PlanNode):
+    """``n`` copies of the inner command that all see every device; tags ``0..n-1``."""
+
+    def __init__(self, inner: PlanNode, n: int) -> None:
+        self.inner = inner
+        self.entry = inner.entry
+        self.system = inner.system
+        self.n = int(n)
+
+    def specs(self, device: int | None = None) -> list[ProcessSpec]:
+        out = []
+        for job in range(self.n):
+            out += [s.evolve(tag=[*s.tag, str(job)]) for s in self.inner.specs(device)]
+        return out
+
+
+def default_nproc(entry: dict, system: dict) -> int:
+    """Workers per node: ``plan.nproc`` if set, else the device count, else 2 on CPU."""
+    nproc = (entry.get("plan") or {}).get("nproc")
+    if nproc:
+        return int(nproc)
+    return gpu_count(system) or 2
+
+
+class TorchRun(PlanNode):
+    """One ``torchrun`` launcher on this node starting ``nproc`` workers.
+
+    Workers do not inherit extra descriptors from torchrun, so their records come
+    smuggled in standard output (``data_channel="smuggle"``, ``DATA_FD=1``). When the
+    inner command is not a python script (e.g. voir), ``--no-python`` is used.
+    """
+
+    def __init__(
+        self,
+        inner: PlanNode,
+        *,
+        nproc: int | None = None,
+        executable: str | Path | None = None,
+        standalone: bool = True,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.entry = inner.entry
+        self.system = inner.system
+        self.nproc = int(nproc) if nproc else default_nproc(self.entry, self.system)
+        self.executable = str(executable or venv_bin(self.entry) / "torchrun")
+        self.standalone = standalone
+        self.extra_args = list(extra_args or [])
+
+    def launcher_args(self) -> list[str]:
+        args = [f"--nproc-per-node={self.nproc}", "--nnodes=1"]
+        if self.standalone:
+            args.append("--standalone")
+        return args + self.extra_args
+
+    def specs(self, device: int | None = None) -> list[ProcessSpec]:
+        out = []
+        for spec in self.inner.specs(device):
+            program = spec.argv
+            if Path(program[0]).name.startswith("python"):
+                program = program[1:]
+            else:
+                program = ["--no-python", *program]
+            argv = [self.executable, *self.launcher_args(), *program]
+            out.append(spec.evolve(argv=argv, data_channel="smuggle"))
+        return out
+
+
+class Wrapper(PlanNode):
+    """Extension point: a layer that rewrites each spec of its inner node.
+
+    Subclasses (ssh, docker, multi-node launchers in `milabench.remote`) override
+    `wrap(spec)` and return one spec or a list of specs (e.g. one per node); they must
+    only add their own argv/env, never drop the inner command's.
+    """
+
+    def __init__(self, inner: PlanNode) -> None:
+        self.inner = inner
+        self.entry = inner.entry
+        self.system = inner.system
+
+    def wrap(self, spec: ProcessSpec) -> ProcessSpec | list[ProcessSpec]:
+        return spec
+
+    def specs(self, device: int | None = None) -> list[ProcessSpec]:
+        out: list[ProcessSpec] = []
+        for spec in self.inner.specs(device):
+            wrapped = self.wrap(spec)
+            out += wrapped if isinstance(wrapped, list) else [wrapped]
+        return out
+
+
+class Fixed(PlanNode):
+    """A plan made of already-built specs (tests, tools, `envs` pip commands)."""
+
+    def __init__(self, specs: list[ProcessSpec], entry: dict | None = None, system=None):
+        self._specs = list(specs)
+        self.entry = entry if entry is not None else (specs[0].entry if specs else {})
+        self.system = system or {}
+
+    def specs(self, device: int | None = None) -> list[ProcessSpec]:
+        return list(self._specs)
+
+
+def with_repeat(specs: list[ProcessSpec], k: int) -> list[ProcessSpec]:
+    """Tags of the ``k``-th repetition: ``R<k>`` right after the benchmark name."""
+    return [s.evolve(tag=[s.tag[0], f"R{k}", *s.tag[1:]]) for s in specs]

@@ -1,0 +1,292 @@
+"""`SSHLauncher`: start a `ProcessSpec` on another node, with the local launcher's interface.
+
+Data channel choice: remote processes always use **smuggling** (``DATA_FD=1``): records
+come hidden in standard output. For a ``"smuggle"`` spec the handle hands stdout over
+untouched with ``data=None`` and the runner separates the records, as for a local
+torchrun; for an ``"fd"`` spec the handle separates them itself (same
+`benchkit.channel.SmuggleDecoder`) and offers them as its ``data`` stream. An SSH channel has exactly two output streams, and a
+second channel for a descriptor would need a fifo or a port on the remote side; the
+smuggled stream needs nothing, and is what torchrun workers use anyway. A spec asking for
+``data_channel="fd"`` is therefore started with ``DATA_FD=1`` when it runs remotely.
+
+Process control: the command runs as the leader of its own remote session (see
+`milabench.remote.ssh.remote_command`), which reports its PGID first; `terminate` and
+`kill` send ``kill -TERM|-KILL -- -<pgid>`` over the node's connection, so the whole
+remote group (torchrun and its workers) is reached, not only the shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+from benchkit.channel import SmuggleDecoder
+from milabench.errors import NodeError
+from milabench.execute.cleanup import TOKEN_VAR
+from milabench.execute.launcher import Launcher, ProcessHandle
+from milabench.remote.docker import docker_wrap
+from milabench.remote.nodes import node_label, remembered_system
+from milabench.remote.ssh import PGID_PREFIX, ConnectionPool, remote_command, shared_pool
+
+_EOF = None
+
+
+class _Batches:
+    """An async iterator of line batches (``list[str]``) fed by a pump task."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[list[str] | None] = asyncio.Queue()
+
+    def put(self, lines: list[str]) -> None:
+        if lines:
+            self._queue.put_nowait(lines)
+
+    def close(self) -> None:
+        self._queue.put_nowait(_EOF)
+
+    def __aiter__(self) -> AsyncIterator[list[str]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[list[str]]:
+        while True:
+            batch = await self._queue.get()
+            if batch is _EOF:
+                return
+            yield batch
+
+
+def _strip_cr(line: str) -> str:
+    return line[:-1] if line.endswith("\r") else line
+
+
+class RemoteHandle(ProcessHandle):
+    """One remote process group: line batches, exit status, stop and cleanup.
+
+    ``data`` is None: records arrive smuggled in ``stdout`` (``DATA_FD=1``) and the
+    runner separates them exactly as for a local torchrun.
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        node: dict,
+        process,
+        command: str,
+        token: str,
+        *,
+        split_data: bool = False,
+    ) -> None:
+        self.pool = pool
+        self.node = node
+        self.command = command
+        self.token = token
+        self._out = _Batches()
+        self._err = _Batches()
+        self.stdout = self._out
+        self.stderr = self._err
+        # "smuggle" specs: the runner decodes stdout itself (data=None). "fd" specs: the
+        # runner expects a separate data stream, so the records are taken out here.
+        self._data = _Batches() if split_data else None
+        self.data = self._data
+        self._decoder = SmuggleDecoder() if split_data else None
+        self.pgid: int | None = None
+        self._pgid_known = asyncio.Event()
+        self._process = process
+        self.returncode: int | None = None
+        self._pumps = [
+            asyncio.create_task(self._pump(process.stdout, self._out, first_is_pgid=True)),
+            asyncio.create_task(self._pump(process.stderr, self._err, first_is_pgid=False)),
+        ]
+
+    @property
+    def pid(self) -> int | None:  # type: ignore[override]
+        """The remote PGID (the remote leader's pid), once reported."""
+        return self.pgid
+
+    async def _pump(self, stream, batches: _Batches, *, first_is_pgid: bool) -> None:
+        partial = ""
+        expect_pgid = first_is_pgid
+        try:
+            while True:
+                chunk = await stream.read(65536)
+                if not chunk:
+                    break
+                partial += chunk
+                if "\n" not in partial:
+                    continue
+                *lines, partial = partial.split("\n")
+                if expect_pgid:
+                    expect_pgid = False
+                    if lines[0].startswith(PGID_PREFIX):
+                        self._set_pgid(lines.pop(0)[len(PGID_PREFIX) :])
+                self._deliver(batches, lines)
+            if partial:
+                self._deliver(batches, [partial])
+        except Exception:  # the connection dropped: end the stream, wait() reports it
+            pass
+        finally:
+            if first_is_pgid:
+                self._pgid_known.set()
+                if self._data is not None:
+                    self._data.close()
+            batches.close()
+
+    def _deliver(self, batches: _Batches, lines: list[str]) -> None:
+        lines = [_strip_cr(x) for x in lines]
+        if self._decoder is not None and batches is self._out:
+            plain: list[str] = []
+            records: list[str] = []
+            for line in lines:
+                if "\x1b[" not in line:
+                    plain.append(line)
+                    continue
+                text, recs = self._decoder.feed(line)
+                text += self._decoder.flush()  # a record never spans two lines
+                records += [r.strip() for r in recs]
+                if text.strip() or not recs:
+                    plain.append(text)
+            self._data.put(records)  # type: ignore[union-attr]
+            lines = plain
+        batches.put(lines)
+
+    def _set_pgid(self, text: str) -> None:
+        try:
+            self.pgid = int(text.strip())
+        except ValueError:
+            self.pgid = None
+        self._pgid_known.set()
+
+    async def wait(self) -> int:
+        """Exit status (negative signal number when the remote leader was signalled)."""
+        if self.returncode is None:
+            await self._process.wait_closed()
+            await asyncio.gather(*self._pumps, return_exceptions=True)
+            status = self._process.exit_status
+            if status is None or status < 0:
+                sig = self._process.exit_signal
+                status = -_signal_number(sig[0]) if sig else 255
+            self.returncode = int(status)
+        return self.returncode
+
+    async def send_signal(self, signame: str) -> None:
+        """Signal the whole remote process group (``TERM``, ``KILL``, ``INT``)."""
+        try:
+            await asyncio.wait_for(self._pgid_known.wait(), 5)
+        except TimeoutError:
+            pass
+        if self.pgid is None:
+            # The command never reported its group: closing the channel is all we can do.
+            self._process.close()
+            return
+        try:
+            await self.pool.run(
+                self.node, ["kill", f"-{signame}", "--", f"-{self.pgid}"], timeout=15
+            )
+        except NodeError:
+            self._process.close()
+
+    async def kill_token_holders(self) -> None:
+        """SIGKILL remote processes that escaped the group but carry our token."""
+        script = (
+            'for p in /proc/[0-9]*; do grep -qsxzF "$1" "$p/environ" && '
+            'kill -KILL "${p#/proc/}" 2>/dev/null; done; true'
+        )
+        try:
+            await self.pool.run(
+                self.node,
+                ["sh", "-c", script, "milabench-cleanup", f"{TOKEN_VAR}={self.token}"],
+                timeout=15,
+            )
+        except NodeError:
+            pass
+
+    async def terminate(self) -> None:
+        await self.send_signal("TERM")
+
+    async def kill(self) -> None:
+        await self.send_signal("KILL")
+
+    async def stop(self, grace: float) -> None:
+        """TERM the remote group, KILL it after ``grace``; return once the leader is gone."""
+        if self.returncode is None:
+            await self.send_signal("TERM")
+            try:
+                await asyncio.wait_for(asyncio.shield(self.wait()), grace)
+            except TimeoutError:
+                pass
+        await self.send_signal("KILL")
+        await self.kill_token_holders()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.wait()), 10)
+        except TimeoutError:
+            self._process.close()
+
+    async def cleanup(self) -> None:
+        """After the leader exited: kill what is left of its group, and token holders."""
+        if self.pgid is not None:
+            await self.send_signal("KILL")
+        await self.kill_token_holders()
+
+    def close(self) -> None:
+        self._process.close()
+
+
+def _signal_number(name: str) -> int:
+    import signal
+
+    try:
+        return int(getattr(signal, "SIG" + name))
+    except (AttributeError, TypeError):
+        return 255
+
+
+class SSHLauncher(Launcher):
+    """Starts specs whose ``node`` is remote; one `ConnectionPool` for the whole run."""
+
+    def __init__(self, system: dict | None = None, pool: ConnectionPool | None = None) -> None:
+        self.system = system if system is not None else remembered_system()
+        self.pool = pool or shared_pool(self.system)
+
+    def command_for(self, spec, token: str | None = None) -> str:
+        """The remote shell command for ``spec`` (docker-wrapped if the system says so)."""
+        env = {str(k): str(v) for k, v in spec.env.items()}
+        env["DATA_FD"] = "1"
+        if token:
+            env[TOKEN_VAR] = token
+        argv = list(spec.argv)
+        image = self.system.get("docker_image")
+        if image:
+            argv = docker_wrap(
+                argv,
+                env,
+                image=image,
+                base=_base_of(spec),
+                cwd=spec.cwd,
+                arch=self.system.get("arch"),
+            )
+            return remote_command(argv, {}, None)
+        return remote_command(argv, env, spec.cwd)
+
+    async def start(self, spec) -> RemoteHandle:
+        node = spec.node
+        if node is None:
+            raise ValueError(f"{spec.name}: no node to run on")
+        conn = await self.pool.connect(node)
+        token = uuid.uuid4().hex
+        command = self.command_for(spec, token)
+        try:
+            process = await conn.create_process(command, encoding="utf-8", errors="replace")
+        except Exception as err:
+            raise NodeError(f"node {node_label(node)}: cannot start {spec.name}: {err}") from err
+        return RemoteHandle(
+            self.pool, node, process, command, token, split_data=spec.data_channel != "smuggle"
+        )
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+def _base_of(spec) -> str | None:
+    dirs = (spec.entry or {}).get("dirs") or {}
+    return dirs.get("base") or spec.env.get("MILABENCH_BASE")

@@ -1,0 +1,312 @@
+"""Checks before a multi-node run: every node's facts, then a real all-reduce across them.
+
+Per node (concurrently, each bounded by ``ssh.connect_timeout``): reachable and how fast,
+Python version, torch version, accelerator count, the benchmark environments present, the
+rendezvous port free (required on the main node). Any failure stops here, naming the node;
+otherwise one torchrun per node runs `milabench.remote.probe.ALLREDUCE` (gloo on CPU, nccl
+on GPU) with a static rendezvous on the main node, and rank 0 reports latency and
+bandwidth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+from milabench.errors import NodeError
+from milabench.plan.spec import ProcessSpec
+from milabench.remote.dispatch import NodeLauncher
+from milabench.remote.nodes import main_node, node_label, runs_locally
+from milabench.remote.probe import ALLREDUCE, NODE_PROBE, RESULT_PREFIX
+from milabench.remote.ssh import ConnectionPool
+
+
+@dataclass
+class NodeFacts:
+    name: str
+    address: str
+    main: bool
+    local: bool
+    connect_s: float | None = None
+    facts: dict = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class PreflightResult:
+    nodes: list[NodeFacts]
+    allreduce: dict | None = None
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def _parse(stdout: str) -> dict | None:
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    return None
+
+
+async def _run_local(argv: list[str], timeout: float) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+async def probe_node(
+    node: dict,
+    system: dict,
+    pool: ConnectionPool,
+    *,
+    python: str,
+    envs: list[str],
+    port: int,
+    timeout: float = 60.0,
+) -> NodeFacts:
+    """Facts of one node; ``error`` set (never raised) when a check fails."""
+    local = runs_locally(node, system)
+    facts = NodeFacts(
+        name=str(node["name"]),
+        address=str(node.get("ip")),
+        main=node.get("name") == main_node(system).get("name"),
+        local=local,
+    )
+    argv = [python, "-c", NODE_PROBE, str(port), *envs]
+    t0 = time.monotonic()
+    try:
+        if local:
+            facts.connect_s = 0.0
+            code, out, err = await _run_local(argv, timeout)
+        else:
+            await pool.connect(node)
+            facts.connect_s = time.monotonic() - t0
+            result = await pool.run(node, argv, timeout=timeout)
+            code = result.exit_status or 0
+            out, err = str(result.stdout or ""), str(result.stderr or "")
+    except NodeError as e:
+        facts.error = str(e)
+        return facts
+    except TimeoutError:
+        facts.error = f"node {node_label(node)}: probe did not answer in {timeout:g} s"
+        return facts
+    except FileNotFoundError:
+        code, out, err = 127, "", f"{python}: not found"
+    if code == 127:
+        facts.error = f"node {node_label(node)}: environment interpreter {python} not found"
+        return facts
+    parsed = _parse(out)
+    if code != 0 or parsed is None:
+        facts.error = f"node {node_label(node)}: probe failed (exit {code}): {err.strip()[-200:]}"
+        return facts
+    facts.facts = parsed
+    missing = [e for e, present in (parsed.get("envs") or {}).items() if not present]
+    if missing:
+        facts.error = f"node {node_label(node)}: environment missing: {', '.join(missing)}"
+    elif facts.main and not parsed.get("port_free"):
+        facts.error = f"node {node_label(node)}: rendezvous port {port} is in use"
+    return facts
+
+
+def _allreduce_specs(
+    nodes: list[dict], *, python: str, port: int, nproc: int, size_mib: float, iters: int
+) -> list[ProcessSpec]:
+    main_ip = str(nodes[0]["ip"])
+    specs = []
+    for rank, node in enumerate(nodes):
+        argv = [
+            python,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={len(nodes)}",
+            f"--node-rank={rank}",
+            f"--nproc-per-node={nproc}",
+            "--rdzv-backend=static",
+            f"--rdzv-endpoint={main_ip}:{port}",
+            f"--master-addr={main_ip}",
+            f"--master-port={port}",
+            "--no-python",
+            python,
+            "-c",
+            ALLREDUCE,
+            str(size_mib),
+            str(iters),
+        ]
+        specs.append(
+            ProcessSpec(
+                tag=["preflight", "allreduce", str(node["name"])],
+                argv=argv,
+                env={"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"},
+                cwd="/",
+                node=node,
+                data_channel="smuggle",
+                timeout=120,
+            )
+        )
+    return specs
+
+
+async def _drain(handle) -> tuple[list[str], list[str]]:
+    out: list[str] = []
+    err: list[str] = []
+
+    async def pull(stream, sink):
+        async for batch in stream:
+            sink.extend(batch)
+
+    await asyncio.gather(pull(handle.stdout, out), pull(handle.stderr, err))
+    return out, err
+
+
+async def run_allreduce(
+    system: dict,
+    nodes: list[dict],
+    *,
+    python: str,
+    port: int,
+    nproc: int = 1,
+    size_mib: float = 16.0,
+    iters: int = 5,
+    timeout: float = 120.0,
+    launcher: NodeLauncher | None = None,
+) -> dict:
+    """All-reduce across ``nodes`` (main first); rank 0's measurements."""
+    launcher = launcher or NodeLauncher(system)
+    specs = _allreduce_specs(
+        nodes, python=python, port=port, nproc=nproc, size_mib=size_mib, iters=iters
+    )
+    handles = []
+    try:
+        for spec in specs:
+            handles.append(await launcher.start(spec))
+        drains = [asyncio.ensure_future(_drain(h)) for h in handles]
+        waits = [asyncio.ensure_future(h.wait()) for h in handles]
+        try:
+            codes = await asyncio.wait_for(asyncio.gather(*waits), timeout)
+        except TimeoutError as err:
+            raise NodeError(
+                f"all-reduce across {len(nodes)} nodes did not finish in {timeout:g} s"
+            ) from err
+        outputs = await asyncio.gather(*drains)
+    except BaseException:
+        await asyncio.gather(*(h.stop(2.0) for h in handles), return_exceptions=True)
+        raise
+    for node, code, (_, err) in zip(nodes, codes, outputs, strict=True):
+        if code != 0:
+            tail = " | ".join(x for x in err[-3:] if x.strip())
+            raise NodeError(
+                f"node {node_label(node)}: all-reduce failed (exit {code}): {tail[-300:]}"
+            )
+    result = _parse("\n".join(outputs[0][0]))
+    if result is None:
+        raise NodeError(f"node {node_label(nodes[0])}: all-reduce printed no result")
+    return result
+
+
+async def preflight(
+    system: dict,
+    *,
+    python: str,
+    envs: list[str],
+    port: int,
+    allreduce: bool = True,
+    size_mib: float = 16.0,
+    iters: int = 5,
+    timeout: float = 120.0,
+) -> PreflightResult:
+    launcher = NodeLauncher(system)
+    pool = launcher.ssh.pool
+    nodes = list(system.get("nodes") or [])
+    main = main_node(system)
+    nodes.sort(key=lambda n: n.get("name") != main.get("name"))  # main first
+    try:
+        facts = list(
+            await asyncio.gather(
+                *(probe_node(n, system, pool, python=python, envs=envs, port=port) for n in nodes)
+            )
+        )
+        result = PreflightResult(facts)
+        result.failures = [f.error for f in facts if f.error]
+        if not result.failures:
+            ref = facts[0].facts.get("python")
+            for f in facts[1:]:
+                if f.facts.get("python") != ref:
+                    result.failures.append(
+                        f"node {f.name}: Python {f.facts.get('python')} differs from "
+                        f"the main node's {ref}"
+                    )
+        if result.failures or not allreduce:
+            return result
+        accel = [int(f.facts.get("accelerators") or 0) for f in facts]
+        nproc = min(accel) if min(accel) > 0 else 1
+        try:
+            result.allreduce = await run_allreduce(
+                system,
+                nodes,
+                python=python,
+                port=port,
+                nproc=nproc,
+                size_mib=size_mib,
+                iters=iters,
+                timeout=timeout,
+                launcher=launcher,
+            )
+            if not result.allreduce.get("correct", True):
+                result.failures.append("all-reduce returned a wrong sum")
+        except NodeError as err:
+            result.failures.append(str(err))
+        return result
+    finally:
+        await pool.close()
+
+
+def render(result: PreflightResult) -> str:
+    """The per-node table, the all-reduce line, and the failures."""
+    header = ["node", "address", "via", "reach s", "python", "torch", "accel", "port", "status"]
+    rows = [header]
+    for f in result.nodes:
+        d = f.facts
+        rows.append(
+            [
+                f.name + (" *" if f.main else ""),
+                f.address,
+                "local" if f.local else "ssh",
+                "-" if f.connect_s is None else f"{f.connect_s:.2f}",
+                str(d.get("python") or "-"),
+                str(d.get("torch") or "-"),
+                f"{d.get('arch', '-')}:{d.get('accelerators', '-')}" if d else "-",
+                "-" if not d else ("free" if d.get("port_free") else "in use"),
+                "ok" if f.ok else "FAIL",
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    if result.allreduce:
+        a = result.allreduce
+        lines.append(
+            f"all-reduce ({a['backend']}, {a['world_size']} ranks, {a['bytes'] / 2**20:.0f} MiB):"
+            f" bandwidth {a['algbw_gbps']:.3f} GB/s (bus {a['busbw_gbps']:.3f} GB/s),"
+            f" latency {a['latency_us']:.0f} us"
+        )
+    for failure in result.failures:
+        lines.append(f"FAIL {failure}")
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""Code run *on each node* by `milabench preflight` (stdlib only; torch if importable).
+
+Both programs are sent inline (``python -c``), so a worker needs no copy of milabench:
+only the benchmark environment's interpreter.
+
+* `NODE_PROBE`: prints one JSON line with the Python version, torch version, accelerator
+  count, whether each environment folder given as argument has its interpreter, and
+  whether the rendezvous port can be bound.
+* `ALLREDUCE`: run by torchrun on every node; rank 0 prints one JSON line with the
+  measured all-reduce latency (small tensor) and bandwidth (large tensor).
+"""
+
+from __future__ import annotations
+
+RESULT_PREFIX = "@milabench-preflight "
+
+NODE_PROBE = r"""
+import json, os, platform, socket, sys
+port = int(sys.argv[1])
+envs = sys.argv[2:]
+out = {"python": platform.python_version(), "executable": sys.executable,
+       "hostname": socket.gethostname(), "torch": None, "accelerators": 0, "arch": "cpu"}
+fake = os.environ.get("MILABENCH_FAKE_GPUS", "")
+if fake:
+    parts = fake.split(":")
+    out["arch"], out["accelerators"] = parts[0], int(parts[1]) if len(parts) > 1 else 1
+try:
+    import torch
+    out["torch"] = torch.__version__
+    if not fake and torch.cuda.is_available():
+        out["accelerators"] = torch.cuda.device_count()
+        out["arch"] = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+except Exception as err:
+    out["torch_error"] = f"{type(err).__name__}: {err}"
+out["envs"] = {e: os.access(os.path.join(e, "bin", "python"), os.X_OK) for e in envs}
+s = socket.socket()
+try:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("", port))
+    out["port_free"] = True
+except OSError:
+    out["port_free"] = False
+finally:
+    s.close()
+print("@milabench-preflight " + json.dumps(out), flush=True)
+"""
+
+ALLREDUCE = r"""
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+size_mib, iters = float(sys.argv[1]), int(sys.argv[2])
+use_cuda = torch.cuda.is_available()
+backend = "nccl" if use_cuda else "gloo"
+dist.init_process_group(backend)
+rank, world = dist.get_rank(), dist.get_world_size()
+device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda else "cpu"
+if use_cuda:
+    torch.cuda.set_device(device)
+def sync():
+    if use_cuda:
+        torch.cuda.synchronize()
+small = torch.ones(1, device=device)
+for _ in range(3):
+    dist.all_reduce(small)
+sync()
+t0 = time.perf_counter()
+for _ in range(20):
+    dist.all_reduce(small)
+sync()
+latency = (time.perf_counter() - t0) / 20
+n = max(int(size_mib * 1024 * 1024 / 4), 1)
+big = torch.ones(n, dtype=torch.float32, device=device)
+dist.all_reduce(big)
+sync()
+times = []
+for _ in range(iters):
+    dist.barrier()
+    sync()
+    t0 = time.perf_counter()
+    dist.all_reduce(big)
+    sync()
+    times.append(time.perf_counter() - t0)
+best = min(times)
+nbytes = n * 4
+algbw = nbytes / best / 1e9
+busbw = algbw * 2 * (world - 1) / world
+expected = float(world) ** (1 + iters)
+ok = abs(float(big[0]) - expected) <= 1e-3 * expected
+if rank == 0:
+    print("@milabench-preflight " + json.dumps({
+        "backend": backend, "world_size": world, "bytes": nbytes,
+        "latency_us": latency * 1e6, "algbw_gbps": algbw, "busbw_gbps": busbw,
+        "seconds": best, "correct": ok}), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""

@@ -1,0 +1,148 @@
+"""Self-contained HTML report: tables plus inline SVG plots, no network, no JavaScript.
+
+Plots: per-benchmark bars with error bars (mean rate +/- std), and for each benchmark
+the throughput over time per process/device, and accelerator load and memory over time
+(host CPU load/memory when no accelerator was sampled, e.g. on a CPU-only machine).
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from milabench.report.build import Report, fmt_float
+from milabench.report.render_tables import COLUMNS, _table_cells, breakdown_rows
+from milabench.report.runs import FileResult
+from milabench.report.svg import bar_chart, line_chart
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
+table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;padding:3px 8px}
+td.num{text-align:right}th{background:#f3f3f3}.pass{color:#1a7f37}.fail{color:#c62828}
+pre{background:#f7f7f7;padding:8px;overflow-x:auto}.plots{display:flex;flex-wrap:wrap;gap:8px}
+"""
+
+
+def _t0(files: list[FileResult]) -> float:
+    times = [fr.start_time for fr in files if fr.start_time is not None]
+    times += [t for fr in files for t in fr.rate_times if t is not None]
+    times += [t for fr in files for t, _ in fr.gpudata + fr.cpudata if t is not None]
+    return min(times) if times else 0.0
+
+
+def _throughput_series(files: list[FileResult], t0: float) -> dict[str, list[tuple[float, float]]]:
+    out = {}
+    for fr in files:
+        pts = [(t - t0, r) for t, r in zip(fr.rate_times, fr.rates, strict=True) if t is not None]
+        if not pts and fr.rates:  # untimed records: index as x
+            pts = [(float(i), r) for i, r in enumerate(fr.rates)]
+        if pts:
+            out[fr.tag] = pts
+    return out
+
+
+def _usage_series(files: list[FileResult], t0: float) -> tuple[dict, dict, str]:
+    load: dict[str, list[tuple[float, float]]] = {}
+    mem: dict[str, list[tuple[float, float]]] = {}
+    for fr in files:
+        for t, gd in fr.gpudata:
+            if t is None:
+                continue
+            for dev, d in gd.items():
+                if not isinstance(d, dict):
+                    continue
+                label = f"{fr.tag}:gpu{dev}"
+                if isinstance(d.get("load"), int | float):
+                    load.setdefault(label, []).append((t - t0, 100.0 * float(d["load"])))
+                m = d.get("memory")
+                if isinstance(m, list | tuple) and m and isinstance(m[0], int | float):
+                    mem.setdefault(label, []).append((t - t0, float(m[0])))
+    if load or mem:
+        return load, mem, "accelerator"
+    for fr in files:
+        for t, cd in fr.cpudata:
+            if t is None:
+                continue
+            if isinstance(cd.get("load"), int | float):
+                load.setdefault(fr.tag, []).append((t - t0, float(cd["load"])))
+            m = cd.get("memory")
+            if isinstance(m, list | tuple) and m and isinstance(m[0], int | float):
+                mem.setdefault(fr.tag, []).append((t - t0, float(m[0]) / 2**20))
+    return load, mem, "host"
+
+
+def render_html(report: Report) -> str:
+    rows = breakdown_rows(report)
+    ok = report.verdict == "PASS" and report.exit_code == 0
+    h = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>milabench report: {escape(report.verdict)}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>milabench report</h1>",
+        f'<p class="verdict {"pass" if ok else "fail"}"><b>{escape(report.verdict)}</b>: '
+        f"failure rate {100 * report.failure_rate:.2f}%, score {report.score:.2f}, "
+        f"exit code {report.exit_code}</p>",
+        "<p>Sources: "
+        + ", ".join(f"<code>{escape(str(s))}</code>" for s in report.sources)
+        + "</p>",
+        "<h2>System</h2><table>",
+    ]
+    for key in ("cpu", "n_cpu", "product", "n_gpu", "memory", "hostname"):
+        val = report.system.get(key)
+        h.append(f"<tr><th>{key}</th><td>{escape('-' if val is None else str(val))}</td></tr>")
+    h += ["</table>", '<h2>Breakdown</h2><table class="breakdown"><tr>']
+    h += [f"<th>{escape(c)}</th>" for c in COLUMNS] + ["<th>reason</th></tr>"]
+    for r in rows:
+        cells = _table_cells(r)
+        h.append(
+            "<tr>"
+            + f"<td>{escape(cells[0])}</td>"
+            + "".join(f'<td class="num">{escape(c)}</td>' for c in cells[1:])
+            + f"<td>{escape(r.get('reason') or '')}</td></tr>"
+        )
+    h.append("</table>")
+    bars = [
+        (br.name, br.perf, br.summary.std if br.summary else 0.0)
+        for br in report.benchmarks
+        if br.summary
+    ]
+    h += ['<div class="plots">', bar_chart("Mean rate per benchmark (± std)", bars,
+                                            ylabel="rate", css="plot-bars"), "</div>"]  # fmt: skip
+    h.append("<h2>Validations</h2><ul>")
+    for layer in report.layers:
+        cls = "pass" if layer.passed else "fail"
+        items = "".join(f"<li>{escape(m)}</li>" for m in layer.failures)
+        items += "".join(f"<li>warning: {escape(m)}</li>" for m in layer.warnings)
+        state = "passed" if layer.passed else "failed"
+        h.append(f'<li class="{cls}">{escape(layer.name)}: {state}<ul>{items}</ul></li>')
+    h.append("</ul>")
+    if report.errors:
+        h.append("<h2>Errors</h2>")
+        for g in report.errors:
+            h.append(
+                f"<h3>{escape(g.bench)} <small>({escape(', '.join(g.tags))})</small></h3>"
+                f"<p><code>{escape(g.line)}</code></p><pre>{escape(chr(10).join(g.excerpt))}</pre>"
+            )
+    h.append("<h2>Benchmarks</h2>")
+    for br in report.benchmarks:
+        files = [fr for fr in br.files if br.statuses.get(fr.tag) != "skipped"]
+        if not files:
+            continue
+        t0 = _t0(files)
+        load, mem, source = _usage_series(files, t0)
+        units = br.units or "rate"
+        h.append(
+            f'<h3 id="bench-{escape(br.name)}">{escape(br.name)}</h3>'
+            f"<p>perf {fmt_float(br.perf)} {escape(units)}, score {fmt_float(br.score)}"
+            + (f", reason: {escape(br.reason)}" if br.reason else "")
+            + '</p><div class="plots">'
+        )
+        h.append(line_chart(f"{br.name}: throughput per device", _throughput_series(files, t0),
+                            ylabel=units, css="plot-throughput"))  # fmt: skip
+        h.append(line_chart(f"{br.name}: {source} load (%)", load, ylabel="load %",
+                            css="plot-load"))  # fmt: skip
+        h.append(line_chart(f"{br.name}: {source} memory (MiB)", mem, ylabel="MiB",
+                            css="plot-memory"))  # fmt: skip
+        h.append("</div>")
+    h.append("</body></html>")
+    return "\n".join(h) + "\n"

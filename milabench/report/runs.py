@@ -1,0 +1,210 @@
+"""Reading run folders: one `FileResult` per `<tag>.data` file.
+
+This is the only module of `milabench.report` that touches the run files; everything
+downstream works on these small records, so a report can always be rebuilt from a folder
+(and the store can keep the same records). Reading is tolerant: a cut last line is
+skipped (`read_events`), unknown events are ignored, and a file without an `end` event
+(the tool itself died) is kept and classified as incomplete rather than dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from milabench.events import as_float, read_events
+
+_REPEAT = re.compile(r"^R(\d+)$")
+_DEVICE = re.compile(r"^D(\d+)$")
+_JOB = re.compile(r"^\d+$")
+
+SKIPPED = "SKIPPED"
+
+
+@dataclass
+class FileResult:
+    """Everything the report needs from one process's `.data` file."""
+
+    tag: str
+    path: Path
+    name: str
+    config: dict = field(default_factory=dict)
+    meta: dict | None = None
+    rates: list[float] = field(default_factory=list)  # train_rate samples, in order
+    rate_times: list[float | None] = field(default_factory=list)
+    units: str | None = None
+    other_rates: dict[str, list[float]] = field(default_factory=dict)  # <task>_rate
+    losses: list[float] = field(default_factory=list)
+    gpudata: list[tuple[float | None, dict]] = field(default_factory=list)
+    cpudata: list[tuple[float | None, dict]] = field(default_factory=list)
+    start_time: float | None = None
+    end_time: float | None = None
+    has_end: bool = False
+    return_code: int | str | None = None
+    early_stop: bool = False
+    skip_reason: str | None = None
+    errors: list[dict] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    format_errors: int = 0
+    n_data: int = 0
+    stderr_lines: list[str] = field(default_factory=list)  # from `line` events
+    repeat: int | None = None
+    device: str | None = None  # "0" for D0
+    job: str | None = None
+    node: str | None = None
+
+    @property
+    def skipped(self) -> bool:
+        return self.skip_reason is not None
+
+    @property
+    def nan_loss(self) -> bool:
+        return any(math.isnan(x) for x in self.losses)
+
+    @property
+    def group_key(self) -> str:
+        """The tag without its node part: the files of one multi-node launch share it."""
+        parts = [self.name]
+        if self.repeat is not None:
+            parts.append(f"R{self.repeat}")
+        if self.device is not None:
+            parts.append(f"D{self.device}")
+        if self.job is not None:
+            parts.append(self.job)
+        return ".".join(parts)
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.path.with_suffix(".stderr")
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.path.with_suffix(".stdout")
+
+    @property
+    def duration(self) -> float | None:
+        if self.start_time is None or self.end_time is None:
+            return None
+        return self.end_time - self.start_time
+
+
+def split_tag(tag: str, name: str | None) -> tuple[str, dict[str, Any]]:
+    """Benchmark name and the tag's parts (repeat, device, job, node).
+
+    With the entry's name (from the `config` event) the prefix is exact even when the
+    name contains dots; otherwise the known suffixes are peeled from the right.
+    """
+    if name and (tag == name or tag.startswith(name + ".")):
+        rest = tag[len(name) + 1 :].split(".") if tag != name else []
+    else:
+        parts = tag.split(".")
+        i = len(parts)
+        while i > 1 and (
+            _REPEAT.match(parts[i - 1])
+            or _DEVICE.match(parts[i - 1])
+            or _JOB.match(parts[i - 1])
+            or (i == len(parts) and parts[i - 1].startswith("node"))
+        ):
+            i -= 1
+        name, rest = ".".join(parts[:i]), parts[i:]
+    info: dict[str, Any] = {"repeat": None, "device": None, "job": None, "node": None}
+    for part in rest:
+        if m := _REPEAT.match(part):
+            info["repeat"] = int(m.group(1))
+        elif m := _DEVICE.match(part):
+            info["device"] = m.group(1)
+        elif _JOB.match(part) and info["job"] is None:
+            info["job"] = part
+        else:
+            info["node"] = part
+    return name, info
+
+
+def _record(fr: FileResult, rec: dict) -> None:
+    """Fold one metric record (run-data.md section 3) into the file's result."""
+    fr.n_data += 1
+    t = as_float(rec.get("time"))
+    task = rec.get("task")
+    if "rate" in rec:
+        value = as_float(rec["rate"])
+        if value is not None:
+            if task == "train":
+                fr.rates.append(value)
+                fr.rate_times.append(t)
+                fr.units = rec.get("units") or fr.units
+            else:
+                fr.other_rates.setdefault(f"{task}_rate", []).append(value)
+    if "loss" in rec:
+        value = as_float(rec["loss"])
+        if value is not None:
+            fr.losses.append(value)
+    if task == "early_stop" and isinstance(rec.get("progress"), list | tuple):
+        prog = rec["progress"]
+        if len(prog) == 2 and prog[1] and prog[0] is not None and prog[0] >= prog[1]:
+            fr.early_stop = True
+    if isinstance(rec.get("gpudata"), dict):
+        fr.gpudata.append((t, rec["gpudata"]))
+    if isinstance(rec.get("cpudata"), dict):
+        fr.cpudata.append((t, rec["cpudata"]))
+
+
+def read_file(path: Path) -> FileResult:
+    """One `.data` file as a `FileResult`."""
+    tag = path.name[: -len(".data")]
+    fr = FileResult(tag=tag, path=path, name=tag)
+    for ev in read_events(path):
+        kind, data = ev.get("event"), ev.get("data")
+        if kind == "data" and isinstance(data, dict):
+            _record(fr, data)
+        elif kind == "line":
+            if ev.get("pipe") == "stderr" and isinstance(data, str):
+                fr.stderr_lines.append(data.rstrip("\n"))
+        elif kind == "config" and isinstance(data, dict):
+            fr.config = data
+        elif kind == "meta" and isinstance(data, dict):
+            fr.meta = data
+        elif kind == "start" and isinstance(data, dict):
+            fr.start_time = as_float(data.get("time"))
+        elif kind == "stop":
+            fr.early_stop = True
+        elif kind == "error":
+            fr.errors.append(data if isinstance(data, dict) else {"message": str(data)})
+        elif kind == "message":
+            msg = data.get("message") if isinstance(data, dict) else data
+            if msg is not None:
+                fr.messages.append(str(msg))
+            if isinstance(data, dict) and data.get("skipped"):
+                kind_ = data["skipped"] if isinstance(data["skipped"], str) else "capability"
+                note = str(msg).removeprefix("skipped: ") if msg else ""
+                fr.skip_reason = f"skipped: {kind_}" + (f" ({note})" if note else "")
+        elif kind == "format_error":
+            fr.format_errors += 1
+        elif kind == "end" and isinstance(data, dict):
+            fr.has_end = True
+            fr.end_time = as_float(data.get("time"))
+            fr.return_code = data.get("return_code")
+    if fr.return_code == SKIPPED and fr.skip_reason is None:
+        note = fr.messages[-1].removeprefix("skipped: ") if fr.messages else None
+        fr.skip_reason = "skipped: capability" + (f" ({note})" if note else "")
+    name, info = split_tag(tag, fr.config.get("name"))
+    fr.name = name
+    fr.repeat, fr.device, fr.job, fr.node = (
+        info["repeat"],
+        info["device"],
+        info["job"],
+        info["node"],
+    )
+    return fr
+
+
+def read_run_dir(run_dir: Path) -> list[FileResult]:
+    """Every `.data` file of a run folder, sorted by tag (missing folder: user error)."""
+    from milabench.errors import UsageError
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run folder")
+    return [read_file(p) for p in sorted(run_dir.glob("*.data"))]

@@ -1,0 +1,329 @@
+"""Results store: run folders -> rows in SQLite (stdlib) or any SQLAlchemy database.
+
+One schema for every backend, plain SQL with named parameters (``:name``), which both
+`sqlite3` and SQLAlchemy's `text()` understand; SQLAlchemy is imported only for URLs that
+are not SQLite, so the default store needs nothing beyond the standard library.
+
+A run's identity is its folder name plus a hash of its `.data` files: importing the same
+run twice adds no rows, and a run folder that grew (e.g. `run --resume`) is a new run.
+History queries give the recent values of one benchmark on one machine, and flag values
+more than `k` standard deviations away from the mean of the values before them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from milabench.errors import UsageError
+from milabench.report.build import Report, build_report
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS mb_runs (
+        run_id TEXT PRIMARY KEY, name TEXT NOT NULL, content_hash TEXT NOT NULL,
+        machine TEXT, started DOUBLE PRECISION, imported DOUBLE PRECISION,
+        source TEXT, meta TEXT)""",
+    """CREATE TABLE IF NOT EXISTS mb_results (
+        run_id TEXT NOT NULL, bench TEXT NOT NULL, machine TEXT, started DOUBLE PRECISION,
+        n INTEGER, fail INTEGER, ngpu INTEGER, perf DOUBLE PRECISION,
+        std DOUBLE PRECISION, sem DOUBLE PRECISION, median DOUBLE PRECISION,
+        score DOUBLE PRECISION, weight DOUBLE PRECISION, units TEXT, reason TEXT,
+        PRIMARY KEY (run_id, bench))""",
+    """CREATE TABLE IF NOT EXISTS mb_samples (
+        run_id TEXT NOT NULL, bench TEXT NOT NULL, seq INTEGER NOT NULL,
+        value DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, bench, seq))""",
+]
+
+
+def content_hash(run_dir: Path) -> str:
+    """sha256 over the names and bytes of the run's `.data` files, in name order."""
+    h = hashlib.sha256()
+    for p in sorted(Path(run_dir).glob("*.data")):
+        h.update(p.name.encode() + b"\0")
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+class _Sqlite:
+    """stdlib sqlite3 backend."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(str(path), timeout=30)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with self.conn:
+            yield self.conn
+
+    def run(self, conn: Any, sql: str, params: dict | list[dict] | None = None) -> list[tuple]:
+        if isinstance(params, list):
+            conn.executemany(sql, params)
+            return []
+        return conn.execute(sql, params or {}).fetchall()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _SqlAlchemy:
+    """Any other database through SQLAlchemy (optional dependency: `pip install milabench[store]`)."""
+
+    def __init__(self, url: str):
+        try:
+            import sqlalchemy
+        except ImportError:
+            raise UsageError(
+                f"store URL {_safe(url)} needs SQLAlchemy: pip install 'milabench[store]'"
+            ) from None
+        self.sa = sqlalchemy
+        if url.startswith("postgresql://"):  # prefer psycopg 3 when installed
+            try:
+                import psycopg  # noqa: F401
+
+                url = "postgresql+psycopg://" + url[len("postgresql://") :]
+            except ImportError:
+                pass
+        try:
+            self.engine = sqlalchemy.create_engine(url)
+        except Exception as exc:
+            raise UsageError(f"store URL {_safe(url)}: {exc}") from None
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        try:
+            conn_cm = self.engine.begin()
+            conn = conn_cm.__enter__()
+        except self.sa.exc.OperationalError as exc:
+            raise UsageError(f"cannot connect to the store: {str(exc).splitlines()[0]}") from None
+        try:
+            yield conn
+        except BaseException as exc:
+            conn_cm.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        conn_cm.__exit__(None, None, None)
+
+    def run(self, conn: Any, sql: str, params: dict | list[dict] | None = None) -> list[tuple]:
+        res = conn.execute(self.sa.text(sql), params or {})
+        if isinstance(params, list) or not res.returns_rows:
+            return []
+        return [tuple(r) for r in res.fetchall()]
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _safe(url: str) -> str:
+    """URL without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return url
+
+
+def default_url(base: Path) -> str:
+    return f"sqlite:///{Path(base).absolute() / 'results.sqlite'}"
+
+
+@dataclass
+class ImportResult:
+    name: str
+    run_id: str
+    added: bool
+    benchmarks: int
+
+
+@dataclass
+class HistoryRow:
+    run: str
+    started: float | None
+    machine: str | None
+    n: int
+    fail: int
+    perf: float | None
+    std: float | None
+    score: float | None
+    flagged: bool
+    zscore: float | None
+
+
+class Store:
+    """A results database opened from a URL (`sqlite:///path`, a bare path, or SQLAlchemy)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        if url.startswith("sqlite:///"):
+            self.db: _Sqlite | _SqlAlchemy = _Sqlite(Path(url[len("sqlite:///") :]))
+        elif "://" not in url:
+            self.db = _Sqlite(Path(url))
+        else:
+            self.db = _SqlAlchemy(url)
+        with self.db.transaction() as conn:
+            for stmt in SCHEMA:
+                self.db.run(conn, stmt)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def count(self, table: str) -> int:
+        assert table in ("mb_runs", "mb_results", "mb_samples")
+        with self.db.transaction() as conn:
+            return int(self.db.run(conn, f"SELECT COUNT(*) FROM {table}")[0][0])
+
+    def import_run(self, run_dir: Path, report: Report | None = None) -> ImportResult:
+        """Add a run folder's results (no-op when the same content is already stored)."""
+        run_dir = Path(run_dir)
+        name = run_dir.name
+        digest = content_hash(run_dir)
+        run_id = hashlib.sha256(f"{name}\0{digest}".encode()).hexdigest()[:32]
+        with self.db.transaction() as conn:
+            if self.db.run(conn, "SELECT 1 FROM mb_runs WHERE run_id = :r", {"r": run_id}):
+                return ImportResult(name, run_id, False, 0)
+        report = report or build_report([run_dir])
+        machine = report.system.get("hostname")
+        files = [fr for br in report.benchmarks for fr in br.files]
+        started = min((fr.start_time for fr in files if fr.start_time), default=None)
+        meta = next((fr.meta for fr in files if fr.meta), None)
+        results, samples = [], []
+        for br in report.benchmarks:
+            s = br.summary
+            results.append({
+                "run_id": run_id, "bench": br.name, "machine": machine, "started": started,
+                "n": br.n, "fail": br.fail, "ngpu": br.ngpu, "perf": _clean(br.perf) if s else None,
+                "std": _clean(s.std_pct) if s else None, "sem": _clean(s.sem_pct) if s else None,
+                "median": _clean(s.median) if s else None, "score": _clean(br.score),
+                "weight": br.effective_weight, "units": br.units, "reason": br.reason,
+            })  # fmt: skip
+            samples += [
+                {"run_id": run_id, "bench": br.name, "seq": i, "value": v}
+                for i, v in enumerate(br.samples)
+                if math.isfinite(v)
+            ]
+        with self.db.transaction() as conn:
+            if self.db.run(conn, "SELECT 1 FROM mb_runs WHERE run_id = :r", {"r": run_id}):
+                return ImportResult(name, run_id, False, 0)  # a concurrent import won
+            self.db.run(
+                conn,
+                "INSERT INTO mb_runs (run_id, name, content_hash, machine, started, imported,"
+                " source, meta) VALUES (:run_id, :name, :hash, :machine, :started, :imported,"
+                " :source, :meta)",
+                {
+                    "run_id": run_id,
+                    "name": name,
+                    "hash": digest,
+                    "machine": machine,
+                    "started": started,
+                    "imported": time.time(),
+                    "source": str(run_dir.absolute()),
+                    "meta": json.dumps(meta, default=str),
+                },  # fmt: skip
+            )
+            if results:
+                self.db.run(
+                    conn,
+                    "INSERT INTO mb_results (run_id, bench, machine, started, n, fail, ngpu, perf,"
+                    " std, sem, median, score, weight, units, reason) VALUES (:run_id, :bench,"
+                    " :machine, :started, :n, :fail, :ngpu, :perf, :std, :sem, :median, :score,"
+                    " :weight, :units, :reason)",
+                    results,
+                )
+            if samples:
+                self.db.run(
+                    conn,
+                    "INSERT INTO mb_samples (run_id, bench, seq, value)"
+                    " VALUES (:run_id, :bench, :seq, :value)",
+                    samples,
+                )
+        return ImportResult(name, run_id, True, len(results))
+
+    def run_names(self) -> list[str]:
+        with self.db.transaction() as conn:
+            return [r[0] for r in self.db.run(conn, "SELECT name FROM mb_runs ORDER BY started")]
+
+    def samples(self, run_name: str) -> dict[str, list[float]]:
+        """Rate samples per benchmark of the latest stored run with that name."""
+        with self.db.transaction() as conn:
+            rows = self.db.run(
+                conn,
+                "SELECT run_id FROM mb_runs WHERE name = :n ORDER BY imported DESC",
+                {"n": run_name},
+            )
+            if not rows:
+                raise UsageError(f"store {_safe(self.url)}: no stored run named '{run_name}'")
+            data = self.db.run(
+                conn,
+                "SELECT bench, value FROM mb_samples WHERE run_id = :r ORDER BY bench, seq",
+                {"r": rows[0][0]},
+            )
+        out: dict[str, list[float]] = {}
+        for bench, value in data:
+            out.setdefault(bench, []).append(float(value))
+        return out
+
+    def history(
+        self,
+        bench: str,
+        *,
+        last: int = 20,
+        machine: str | None = None,
+        k: float = 3.0,
+        window: int = 10,
+    ) -> list[HistoryRow]:
+        """The last `last` results of `bench` (oldest first), each flagged against the
+        `window` values of the same machine before it."""
+        sql = (
+            "SELECT r.name, x.started, x.machine, x.n, x.fail, x.perf, x.std, x.score"
+            " FROM mb_results x JOIN mb_runs r ON r.run_id = x.run_id WHERE x.bench = :b"
+        )
+        params: dict[str, Any] = {"b": bench}
+        if machine:
+            sql += " AND x.machine = :m"
+            params["m"] = machine
+        sql += " ORDER BY x.started, r.imported"
+        with self.db.transaction() as conn:
+            rows = self.db.run(conn, sql, params)
+        out: list[HistoryRow] = []
+        seen: dict[str | None, list[float]] = {}
+        for name, started, mach, n, fail, perf, std, score in rows:
+            prev = seen.setdefault(mach, [])
+            flagged, z = flag(perf, prev[-window:], k)
+            out.append(HistoryRow(name, started, mach, n, fail, perf, std, score, flagged, z))
+            if perf is not None:
+                prev.append(float(perf))
+        return out[-last:] if last else out
+
+
+def flag(value: float | None, history: list[float], k: float) -> tuple[bool, float | None]:
+    """(is `value` more than k std devs from the mean of `history`?, its z-score)."""
+    if value is None or len(history) < 3:
+        return False, None
+    m = math.fsum(history) / len(history)
+    sd = math.sqrt(math.fsum((h - m) ** 2 for h in history) / (len(history) - 1))
+    if sd == 0:
+        return (value != m), (math.inf if value != m else 0.0)
+    z = (value - m) / sd
+    return abs(z) > k, z

@@ -1,0 +1,243 @@
+"""Validation layers: each reads the results and adds a verdict bit to the exit code.
+
+| layer       | default | fails when                                                      |
+|-------------|---------|-----------------------------------------------------------------|
+| error       | on      | a process ended with an error / non-zero code (not early stop)  |
+| ensure_rate | on      | a process (or multi-node launch) produced no throughput sample  |
+| version     | on      | the `meta` record is missing                                    |
+| loss        | opt-in  | a loss is NaN (an increasing loss is a warning)                 |
+| usage       | opt-in  | mean accelerator load < gpu_load_threshold (memory: a warning)  |
+| planning    | opt-in  | the number of processes that reported differs from the plan     |
+
+`--validations a,b` adds layers to the default set, `all` enables every layer and
+`-name` removes one. Capability skips are never validation failures.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from milabench.errors import UsageError
+from milabench.report import stats
+from milabench.report.aggregate import SUCCESS, BenchResult, failure_detail
+from milabench.report.tracebacks import Failure, explain, read_lines
+
+DEFAULT_LAYERS = ("error", "ensure_rate", "version")
+ALL_LAYERS = ("error", "ensure_rate", "version", "loss", "usage", "planning")
+
+
+@dataclass
+class ErrorGroup:
+    """Identical causes of failure within one benchmark, with the tags that hit them."""
+
+    bench: str
+    line: str
+    tags: list[str]
+    excerpt: list[str]
+    detail: str
+
+
+@dataclass
+class LayerResult:
+    name: str
+    failures: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[ErrorGroup] = field(default_factory=list)  # `error` layer only
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def select_layers(spec: list[str] | str | None) -> list[str]:
+    """Layers enabled by `--validations` values (comma lists, `all`, `-name`)."""
+    names: list[str] = []
+    for item in [spec] if isinstance(spec, str) else spec or []:
+        names.extend(x.strip() for x in str(item).split(",") if x.strip())
+    enabled = list(DEFAULT_LAYERS)
+    for name in names:
+        drop = name.startswith("-")
+        key = name.lstrip("-+").replace("-", "_")
+        targets = list(ALL_LAYERS) if key == "all" else [key]
+        for t in targets:
+            if t not in ALL_LAYERS:
+                raise UsageError(
+                    f"--validations: unknown layer '{key}' (known: {', '.join(ALL_LAYERS)}, all)"
+                )
+            if drop and t in enabled:
+                enabled.remove(t)
+            elif not drop and t not in enabled:
+                enabled.append(t)
+    return [x for x in ALL_LAYERS if x in enabled]
+
+
+def _active(br: BenchResult):
+    return [fr for fr in br.files if br.statuses.get(fr.tag) != "skipped"]
+
+
+def layer_error(benches: list[BenchResult]) -> LayerResult:
+    res = LayerResult("error")
+    for br in benches:
+        groups: dict[str, ErrorGroup] = {}
+        for fr in _active(br):
+            st = br.statuses[fr.tag]
+            if st == SUCCESS:
+                continue
+            detail = failure_detail(fr, st)
+            if fr.return_code == 0 and not fr.errors and st == "failed":
+                continue  # ended cleanly: a missing rate or NaN loss is for other layers
+            stderr = read_lines(fr.stderr_path) or fr.stderr_lines
+            cause: Failure = explain(stderr, read_lines(fr.stdout_path), fr.errors, detail)
+            g = groups.setdefault(
+                cause.line, ErrorGroup(br.name, cause.line, [], cause.excerpt, detail)
+            )
+            g.tags.append(fr.tag)
+        for g in groups.values():
+            res.errors.append(g)
+            res.failures.append(f"{br.name}: {g.detail} in {', '.join(g.tags)}: {g.line}")
+    return res
+
+
+def layer_ensure_rate(benches: list[BenchResult]) -> LayerResult:
+    res = LayerResult("ensure_rate")
+    for br in benches:
+        by_group: dict[str, list] = defaultdict(list)
+        for fr in _active(br):
+            by_group[fr.group_key].append(fr)
+        for _key, frs in sorted(by_group.items()):
+            if not any(fr.rates for fr in frs):
+                tags = ", ".join(fr.tag for fr in frs)
+                res.failures.append(f"{br.name}: no throughput sample from {tags}")
+    return res
+
+
+def layer_version(benches: list[BenchResult]) -> LayerResult:
+    res = LayerResult("version")
+    for br in benches:
+        missing = [fr.tag for fr in _active(br) if not fr.meta]
+        if missing:
+            res.failures.append(
+                f"{br.name}: no machine metadata (meta event) in {', '.join(missing)}"
+            )
+    return res
+
+
+def layer_loss(benches: list[BenchResult]) -> LayerResult:
+    res = LayerResult("loss")
+    for br in benches:
+        for fr in _active(br):
+            if fr.nan_loss:
+                res.failures.append(f"{br.name}: NaN loss in {fr.tag}")
+            elif len(fr.losses) >= 4:
+                k = max(1, len(fr.losses) // 4)
+                if stats.mean(fr.losses[-k:]) > stats.mean(fr.losses[:k]):
+                    res.warnings.append(f"{br.name}: loss increases in {fr.tag}")
+    return res
+
+
+def _threshold(entry: dict, key: str, default: float) -> float:
+    """`validation.usage.<key>` of the entry, else MILABENCH_VALIDATION_USAGE_<KEY>, else default."""
+    val = ((entry.get("validation") or {}).get("usage") or {}).get(key)
+    if val is None:
+        val = os.environ.get(f"MILABENCH_VALIDATION_USAGE_{key.upper()}")
+    try:
+        return float(val) if val is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def layer_usage(benches: list[BenchResult]) -> LayerResult:
+    res = LayerResult("usage")
+    for br in benches:
+        active = [fr for fr in _active(br) if br.statuses[fr.tag] == SUCCESS]
+        if not active:
+            continue
+        entry = active[0].config
+        load_t = _threshold(entry, "gpu_load_threshold", 0.5)
+        mem_t = _threshold(entry, "gpu_mem_threshold", 0.5)
+        loads, mem_frac = [], []
+        for fr in active:
+            for _, gd in fr.gpudata:
+                for d in gd.values():
+                    if not isinstance(d, dict):
+                        continue
+                    if isinstance(d.get("load"), int | float):
+                        loads.append(float(d["load"]))
+                    mem = d.get("memory")
+                    if isinstance(mem, list | tuple) and len(mem) == 2 and mem[1]:
+                        mem_frac.append(float(mem[0]) / float(mem[1]))
+        if not loads:
+            res.warnings.append(f"{br.name}: no accelerator samples, usage not checked")
+            continue
+        mean_load = stats.mean(loads)
+        if mean_load < load_t:
+            res.failures.append(
+                f"{br.name}: mean accelerator load {mean_load:.2f} < gpu_load_threshold {load_t:.2f}"
+            )
+        if mem_frac and max(mem_frac) < mem_t:
+            res.warnings.append(
+                f"{br.name}: peak memory use {max(mem_frac):.0%} < gpu_mem_threshold {mem_t:.0%}"
+            )
+    return res
+
+
+def expected_processes(br: BenchResult) -> int | None:
+    """How many processes per repeat the plan starts (None when it cannot be told)."""
+    active = _active(br)
+    if not active:
+        return None
+    entry = active[0].config or {}
+    plan = entry.get("plan") or {}
+    method = plan.get("method") if isinstance(plan, dict) else None
+    if method == "per_gpu":
+        meta = active[0].meta or {}
+        gpus = ((meta.get("accelerators") or {}).get("gpus")) or {}
+        return max(1, len(gpus))
+    if method == "njobs":
+        n = plan.get("n")
+        return int(n) if isinstance(n, int) else None
+    machines = entry.get("num_machines")
+    return int(machines) if isinstance(machines, int) and machines > 0 else 1
+
+
+def layer_planning(benches: list[BenchResult]) -> LayerResult:
+    res = LayerResult("planning")
+    for br in benches:
+        expected = expected_processes(br)
+        if expected is None:
+            continue
+        per_repeat: dict[int | None, int] = defaultdict(int)
+        for fr in _active(br):
+            if fr.n_data:
+                per_repeat[fr.repeat] += 1
+        repeats = {fr.repeat for fr in _active(br)}
+        for rep in sorted(repeats, key=lambda r: -1 if r is None else r):
+            got = per_repeat.get(rep, 0)
+            if got != expected:
+                where = f" (repeat {rep})" if rep is not None else ""
+                res.failures.append(
+                    f"{br.name}{where}: {got} process(es) reported, the plan has {expected}"
+                )
+    return res
+
+
+LAYERS: dict[str, Callable[[list[BenchResult]], LayerResult]] = {
+    "error": layer_error,
+    "ensure_rate": layer_ensure_rate,
+    "version": layer_version,
+    "loss": layer_loss,
+    "usage": layer_usage,
+    "planning": layer_planning,
+}
+
+
+def run_layers(benches: list[BenchResult], names: list[str]) -> list[LayerResult]:
+    return [LAYERS[name](benches) for name in names]
+
+
+def is_nan(x: float | None) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))

@@ -1,0 +1,78 @@
+"""Drive the dashboard sink with a synthetic run (the events a real run produces).
+
+Used by the tmux test and to record docs/dashboard.txt:
+``python tests/dashboard/drive_dashboard.py --mode long --steps 40 --pause-at 20``.
+With ``--marker FILE`` it writes ``paused`` into FILE while it pauses mid-run and
+``closed`` after the sink is closed, so that a test captures the screen at known moments.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from milabench.sinks.dashboard import make_dashboard
+
+
+def ev(event, data=None, pipe=None):
+    return {"event": event, "data": data, "pipe": pipe}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", default="long")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--pause-at", type=int, default=20)
+    parser.add_argument("--marker", default=None)
+    parser.add_argument("--pause", type=float, default=3.0)
+    args = parser.parse_args()
+
+    sink = make_dashboard(args.mode, sys.stdout, total=3)
+    benches = [("resnet50", ["D0", "D1"]), ("bert-fp16", ["D0", "D1"])]
+    n = args.steps
+    tags = [f"{name}.{dev}" for name, devs in benches for dev in devs]
+    for name, devs in benches:
+        for dev in devs:
+            tag = f"{name}.{dev}"
+            sink.on_event(tag, ev("config", {"name": name, "tag": [name, dev]}))
+            sink.on_event(tag, ev("start", {"command": ["voir", "main.py"], "time": time.time()}))
+    # A quick failing benchmark first, so a finished row is on screen.
+    sink.on_event("badbench.D0", ev("config", {"name": "badbench"}))
+    sink.on_event("badbench.D0", ev("start", {"command": ["python", "main.py"], "time": 0}))
+    sink.on_event("badbench.D0", ev("error", {"type": "RuntimeError", "message": "boom"}))
+    sink.on_event("badbench.D0", ev("end", {"command": [], "time": 0, "return_code": 1}))
+    for k in range(1, n + 1):
+        for i, tag in enumerate(tags):
+            unit = "items/s" if tag.startswith("resnet") else "Tok/s"
+            base = 812.5 if unit == "items/s" else 45210.0
+            sink.on_event(tag, ev("data", {"task": "early_stop", "progress": [k, n]}, "data"))
+            sink.on_event(
+                tag, ev("data", {"task": "train", "rate": base + i, "units": unit, "time": 0}, "data")
+            )
+            sink.on_event(tag, ev("data", {"task": "train", "loss": 2.5 - k / n, "time": 0}, "data"))
+            sink.on_event(
+                tag,
+                ev("data", {"task": "main", "time": 0, "gpudata": {"0": {"memory": [40960, 81920], "load": 0.93, "temperature": 61, "power": 310}}}, "data"),
+            )
+            for _ in range(50):  # plenty of output lines: they must not slow anything
+                sink.on_event(tag, ev("line", "epoch log line", "stdout"))
+        if k == args.pause_at:
+            time.sleep(0.6)  # let the dashboard redraw
+            if args.marker:
+                Path(args.marker).write_text("paused")
+            time.sleep(args.pause)
+        else:
+            time.sleep(0.02)
+    for tag in tags:
+        sink.on_event(tag, ev("stop", {"reason": "budget"}))
+        sink.on_event(tag, ev("end", {"command": [], "time": 0, "return_code": 0}))
+    sink.close()
+    print("dashboard closed", flush=True)
+    if args.marker:
+        Path(args.marker).write_text("closed")
+    time.sleep(args.pause)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

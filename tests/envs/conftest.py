@@ -1,0 +1,119 @@
+"""Fixtures for the environment tests: real venvs, real uv/pip, offline wheels.
+
+Tests must not depend on a package index, so a session-wide *wheelhouse* of tiny but
+real wheels (a wheel is a documented zip: module + METADATA + WHEEL + RECORD) is built in
+a temporary folder, and the commands run with pip's configuration replaced by
+``PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheelhouse>`` (milabench forwards exactly these to uv).
+The fixture benchmark folders are copied to ``tmp_path`` so that pin and prepare write
+there, never into the repository. Commands run as real ``python -m milabench``
+processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return "sha256=" + digest.decode()
+
+
+def build_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """``<folder>/<name>-<version>-py3-none-any.whl`` holding module ``name``."""
+    module = name.replace("-", "_")
+    dist = f"{module}-{version}.dist-info"
+    files = {
+        f"{module}/__init__.py": f'__version__ = "{version}"\n'.encode(),
+        f"{dist}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        ).encode(),
+        f"{dist}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: milabench-tests\nRoot-Is-Purelib: true\n"
+            "Tag: py3-none-any\n"
+        ).encode(),
+    }
+    record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items())
+    files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{module}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for inner, data in files.items():
+            zf.writestr(inner, data)
+    return path
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("wheelhouse")
+    build_wheel(folder, "mbtiny", "1.0")
+    build_wheel(folder, "mbtiny", "2.0")
+    build_wheel(folder, "mbdep", "1.0")
+    build_wheel(folder, "mbdep", "2.0")
+    build_wheel(folder, "mbuser", "1.0", requires=("mbdep<2",))
+    return folder
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A copy of the fixture suites and benchmark folders, plus constraints/ and base/."""
+    shutil.copytree(FIXTURES, tmp_path / "suite")
+    constraints = tmp_path / "constraints"
+    constraints.mkdir()
+    (constraints / "cpu.txt").write_text("# test constraints\nmbtiny<3\n")
+    return tmp_path
+
+
+def clean_environ() -> dict[str, str]:
+    """This process's environment without any pip/milabench setting that could leak in."""
+    return {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "MILABENCH_", "UV_", "VIRTUAL_ENV"))
+    }
+
+
+@pytest.fixture
+def offline_env(wheelhouse: Path, workdir: Path) -> dict[str, str]:
+    env = clean_environ()
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(wheelhouse),
+        MILABENCH_INSTALL_CONSTRAINTS_DIR=str(workdir / "constraints"),
+        MILABENCH_GPU_ARCH="cpu",
+    )
+    return env
+
+
+class Milabench:
+    """Runs ``python -m milabench`` in a subprocess with one suite, base and env."""
+
+    def __init__(self, config: Path, base: Path, env: dict[str, str]) -> None:
+        self.config = config
+        self.base = base
+        self.env = env
+
+    def __call__(self, command: str, *args: str, timeout: float = 300,
+                 input: str | None = None) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "milabench", command, "--config", str(self.config),
+                "--base", str(self.base), *args]
+        return subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=REPO,
+                              timeout=timeout, input=input)
+
+
+@pytest.fixture
+def mb(workdir: Path, offline_env: dict[str, str]) -> Milabench:
+    return Milabench(workdir / "suite" / "suite.yaml", workdir / "base", offline_env)

@@ -1,0 +1,171 @@
+"""`milabench install` with real environments, real uv and pip, offline wheels."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from milabench.envs.marker import MARKER_NAME
+
+
+def venv(base: Path, group: str) -> Path:
+    return base / "venv" / group
+
+
+def python_in(base: Path, group: str, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(venv(base, group) / "bin" / "python"), "-I", "-c", code],
+                          capture_output=True, text=True, timeout=60)
+
+
+def summary_row(stdout: str, group: str) -> str:
+    rows = [ln for ln in stdout.splitlines() if ln.split()[:1] == [group]]
+    assert rows, stdout
+    return rows[0]
+
+
+def install_logs(base: Path) -> list[Path]:
+    return sorted((base / "runs").glob("install.*"))
+
+
+def test_install_failures_do_not_stop_other_groups(mb):
+    proc = mb("install")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "install failed for group(s): gamma, delta" in proc.stderr
+
+    # good groups: installed, marked, their packages importable
+    assert "installed" in summary_row(proc.stdout, "alpha")
+    assert "installed" in summary_row(proc.stdout, "beta")
+    for group in ("alpha", "beta"):
+        marker = json.loads((venv(mb.base, group) / MARKER_NAME).read_text())
+        assert marker["backend"] == "uv"
+    assert python_in(mb.base, "alpha", "import mbtiny; print(mbtiny.__version__)").stdout == "1.0\n"
+    assert python_in(mb.base, "beta", "import mbuser, mbdep").returncode == 0
+
+    # broken requirement: failed with uv's error line naming the package, not marked
+    row = summary_row(proc.stdout, "gamma")
+    assert "failed" in row and "nonexistent-pkg-xyz" in row and "install:" in row
+    assert not (venv(mb.base, "gamma") / MARKER_NAME).exists()
+
+    # key import that fails: failed at validation with the import error, not marked
+    row = summary_row(proc.stdout, "delta")
+    assert "failed" in row
+    assert "validate: validation: import module_that_is_not_installed failed" in row
+    assert not (venv(mb.base, "delta") / MARKER_NAME).exists()
+
+    # output streamed into runs/install.<time>/<group>.{data,stdout,stderr}
+    (logs,) = install_logs(mb.base)
+    assert "nonexistent-pkg-xyz" in (logs / "gamma.stderr").read_text()
+    events = [json.loads(ln) for ln in (logs / "alpha.data").read_text().splitlines()]
+    assert [e["event"] for e in events].count("start") == 3  # create, install, validate
+    assert all(e["data"]["return_code"] == 0 for e in events if e["event"] == "end")
+    assert '"prefix": "%s"' % venv(mb.base, "alpha") in (logs / "alpha.stdout").read_text()
+
+
+def test_benchkit_importable_without_orchestrator_dependencies(mb):
+    assert mb("install", "--select", "alpha").returncode == 0
+    proc = python_in(mb.base, "alpha", (
+        "import benchkit.channel, benchkit.datasets, importlib.util as u\n"
+        "print([m for m in ('milabench', 'omegaconf', 'yaml', 'asyncssh') if u.find_spec(m)])"
+    ))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_repeat_install_is_a_fast_no_op(mb):
+    assert mb("install", "--select", "alpha,beta").returncode == 0
+    logs_before = install_logs(mb.base)
+    marker_before = (venv(mb.base, "alpha") / MARKER_NAME).read_text()
+    start = time.perf_counter()
+    proc = mb("install", "--select", "alpha,beta")
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    assert "up to date" in summary_row(proc.stdout, "alpha")
+    assert "up to date" in summary_row(proc.stdout, "beta")
+    assert elapsed < 2.0
+    assert install_logs(mb.base) == logs_before  # no process started, no log folder
+    assert (venv(mb.base, "alpha") / MARKER_NAME).read_text() == marker_before
+
+
+def test_changed_requirements_reinstall(mb):
+    assert mb("install", "--select", "alpha").returncode == 0
+    req = mb.config.parent / "tiny-a" / "requirements.cpu.txt"
+    req.write_text("mbtiny==2.0\n")
+    proc = mb("install", "--select", "alpha")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "installed" in summary_row(proc.stdout, "alpha")
+    assert python_in(mb.base, "alpha", "import mbtiny; print(mbtiny.__version__)").stdout == "2.0\n"
+
+
+def test_failed_reinstall_removes_the_stale_marker(mb):
+    assert mb("install", "--select", "alpha").returncode == 0
+    assert (venv(mb.base, "alpha") / MARKER_NAME).exists()
+    (mb.config.parent / "tiny-a" / "requirements.cpu.txt").write_text("mbtiny==9.9\n")
+    proc = mb("install", "--select", "alpha")
+    assert proc.returncode == 1
+    assert "mbtiny" in summary_row(proc.stdout, "alpha")
+    assert not (venv(mb.base, "alpha") / MARKER_NAME).exists()
+    # ... and the next install retries instead of saying "up to date"
+    (mb.config.parent / "tiny-a" / "requirements.cpu.txt").write_text("mbtiny==1.0\n")
+    proc = mb("install", "--select", "alpha")
+    assert "installed" in summary_row(proc.stdout, "alpha")
+
+
+def test_force_recreates_the_environment(mb):
+    assert mb("install", "--select", "alpha").returncode == 0
+    sentinel = venv(mb.base, "alpha") / "lib" / "sentinel.txt"
+    sentinel.write_text("left by a previous environment")
+    proc = mb("install", "--select", "alpha", "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert "installed" in summary_row(proc.stdout, "alpha")
+    assert not sentinel.exists()
+    assert (venv(mb.base, "alpha") / MARKER_NAME).exists()
+
+
+def test_entry_pip_constraints_and_args(mb):
+    mb.config = mb.config.parent / "extra.yaml"
+    proc = mb("install", "--select", "loose,nodeps")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # unpinned variant: requirements.in with the entry's constraint mbtiny<2
+    out = python_in(mb.base, "loose", "import mbtiny; print(mbtiny.__version__)").stdout
+    assert out == "1.0\n"
+    # pip.args --no-deps: mbuser without its dependency
+    proc = python_in(mb.base, "nodeps", "import importlib.util as u; "
+                     "print(bool(u.find_spec('mbuser')), bool(u.find_spec('mbdep')))")
+    assert proc.stdout == "True False\n"
+
+
+def test_use_current_env_creates_nothing(mb):
+    mb.config = mb.config.parent / "extra.yaml"
+    proc = mb("install", "--select", "current", "--use-current-env")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "checked" in summary_row(proc.stdout, "current")
+    assert not (mb.base / "venv").exists()
+    proc = mb("install", "--select", "current", "--into-current-env")
+    assert proc.returncode == 2 and "--use-current-env" in proc.stderr
+
+
+def test_unknown_backend_is_a_usage_error(mb):
+    mb.env["MILABENCH_INSTALL_BACKEND"] = "conda"
+    proc = mb("install", "--select", "alpha")
+    assert proc.returncode == 2
+    assert "install.backend" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_pip_backend(mb):
+    proc = mb("install", "--select", "alpha,gamma", "--backend", "pip")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "installed" in summary_row(proc.stdout, "alpha")
+    row = summary_row(proc.stdout, "gamma")
+    assert "ERROR:" in row and "nonexistent-pkg-xyz" in row
+    marker = json.loads((venv(mb.base, "alpha") / MARKER_NAME).read_text())
+    assert marker["backend"] == "pip"
+    assert python_in(mb.base, "alpha", "import pip, mbtiny").returncode == 0  # virtualenv seeds pip
+    # the back-end is not an input: the uv path now finds the group up to date
+    proc = mb("install", "--select", "alpha")
+    assert "up to date" in summary_row(proc.stdout, "alpha")

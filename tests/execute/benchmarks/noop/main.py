@@ -1,0 +1,1 @@
+"""Does nothing: measures the orchestrator's own fixed cost per run and per benchmark."""

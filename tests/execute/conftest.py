@@ -1,0 +1,102 @@
+"""Helpers for the execution tests: hand-built entries, a marker to find our processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = HERE / "benchmarks"
+MARK_VAR = "MILABENCH_TEST_MARK"
+
+
+def cpu_system(**extra) -> dict:
+    system = {
+        "arch": "cpu",
+        "gpu": {"count": 0, "capacity": None},
+        "cpu": {"count": 4},
+        "nodes": [{"name": "local", "ip": "127.0.0.1", "user": "me", "main": True, "local": True}],
+        "options": {},
+    }
+    system.update(extra)
+    return system
+
+
+def make_entry(
+    name: str, base: Path, *, definition: str | Path | None = None, mark: str = "", **fields
+) -> dict:
+    """A resolved entry as `milabench.config.load_suite` would produce it."""
+    entry = {
+        "name": name,
+        "tag": [name],
+        "group": name,
+        "install_group": name,
+        "install_variant": "cpu",
+        "definition": str(definition or BENCHMARKS / name),
+        "enabled": True,
+        "weight": 1.0,
+        "tags": [],
+        "plan": {"method": "per_gpu"},
+        "argv": {},
+        "max_duration": 30,
+        "voir": {"options": {}},
+        "env": {MARK_VAR: mark} if mark else {},
+        "dirs": {
+            "base": str(base),
+            "venv": str(base / "venv" / name),
+            "data": str(base / "data"),
+            "runs": str(base / "runs"),
+            "extra": str(base / "extra" / name),
+            "cache": str(base / "cache"),
+            "code": str(definition or BENCHMARKS / name),
+        },
+        "use_current_env": True,
+    }
+    entry.update(fields)
+    return entry
+
+
+def marked_processes(mark: str) -> list[int]:
+    """Living processes whose environment carries ``MILABENCH_TEST_MARK=mark``."""
+    needle = f"{MARK_VAR}={mark}".encode()
+    found = []
+    for pid in psutil.pids():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read() and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    found.append(pid)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def wait_no_marked(mark: str, timeout: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    left = marked_processes(mark)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = marked_processes(mark)
+    return left
+
+
+@pytest.fixture
+def mark():
+    """A unique marker; afterwards, kill anything still carrying it (and fail)."""
+    value = uuid.uuid4().hex
+    yield value
+    for pid in marked_processes(value):
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+
+
+PYTHON = sys.executable

@@ -1,0 +1,234 @@
+"""`milabench run` / `matrix` / `machine` as a user runs them: real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from milabench.events import read_events
+
+from .conftest import HERE, marked_processes, wait_no_marked
+
+SUITE = HERE / "suites" / "faults.yaml"
+
+
+def milabench(*args, base, mark="", check=None, timeout=120, **kwargs):
+    env = dict(os.environ, MILABENCH_TEST_MARK=mark or "none", MILABENCH_DASH="no")
+    cmd = [sys.executable, "-m", "milabench", *args]
+    if args and args[0] in ("run", "matrix"):
+        cmd += ["--config", str(SUITE), "--base", str(base), "--use-current-env"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, **kwargs)
+    if check is not None:
+        assert proc.returncode == check, proc.stdout + proc.stderr
+    return proc
+
+
+def data_events(path):
+    for line in path.read_text().splitlines():
+        json.loads(line)
+    return list(read_events(path))
+
+
+@pytest.mark.slow
+def test_sigint_during_run(tmp_path, mark):
+    env = dict(os.environ, MILABENCH_TEST_MARK=mark, MILABENCH_DASH="no")
+    cmd = [
+        sys.executable,
+        "-m",
+        "milabench",
+        "run",
+        "--config",
+        str(SUITE),
+        "--base",
+        str(tmp_path),
+        "--use-current-env",
+        "--select",
+        "interrupt,noop",
+        "--run-name",
+        "sigint",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    data = tmp_path / "runs" / "sigint" / "slowstart.D0.data"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if data.exists() and '"event": "data"' in data.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("the benchmark never reported")
+    assert marked_processes(mark)  # the benchmark is running
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    took = time.monotonic() - t0
+    assert proc.returncode == 130, out + err
+    assert wait_no_marked(mark, timeout=0.1) == []
+    assert took < 5
+    events = data_events(data)
+    assert events[-1]["event"] == "end" and events[-1]["data"]["return_code"] == "INTERRUPTED"
+    assert sum(e["event"] == "data" for e in events) >= 1
+    assert "slowstart" in out  # the partial report was printed
+    assert "Traceback" not in err
+    # noop (after slowstart in suite order) never started
+    assert not (tmp_path / "runs" / "sigint" / "noop.D0.data").exists()
+
+
+@pytest.mark.slow
+def test_repeat_and_resume(tmp_path, mark):
+    proc = milabench(
+        "run",
+        "--select",
+        "healthy",
+        "--repeat",
+        "2",
+        "--run-name",
+        "rep",
+        base=tmp_path,
+        mark=mark,
+        check=0,
+    )
+    run = tmp_path / "runs" / "rep"
+    assert sorted(p.name for p in run.glob("*.data")) == [
+        "healthy.R1.D0.data",
+        "healthy.R2.D0.data",
+    ]
+    assert "healthy" in proc.stdout
+
+    # a run where one benchmark fails; --resume re-runs only that one
+    milabench(
+        "run", "--select", "healthy,raises", "--run-name", "res", base=tmp_path, mark=mark, check=1
+    )
+    run = tmp_path / "runs" / "res"
+    healthy_before = (run / "healthy.D0.data").read_text()
+    raises_before = (run / "raises.D0.data").read_text()
+    milabench(
+        "run", "--select", "healthy,raises", "--resume", "res", base=tmp_path, mark=mark, check=1
+    )
+    assert (run / "healthy.D0.data").read_text() == healthy_before  # not run again
+    assert (run / "raises.D0.data").read_text() != raises_before  # ran again
+    assert [e["event"] for e in data_events(run / "raises.D0.data")].count("start") == 1
+    previous = list((run / "previous-attempts").glob("*/raises.D0.data"))
+    assert len(previous) == 1 and previous[0].read_text() == raises_before
+    # unknown folder: one line, exit 2
+    bad = milabench("run", "--resume", "nope", base=tmp_path)
+    assert bad.returncode == 2 and "no run folder" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert marked_processes(mark) == []
+
+
+@pytest.mark.slow
+def test_capability_skip_and_missing_env(tmp_path):
+    milabench(
+        "run", "--select", "needs-nodes,healthy", "--run-name", "skip", base=tmp_path, check=0
+    )
+    events = data_events(tmp_path / "runs" / "skip" / "needs-nodes.data")
+    assert [e["event"] for e in events] == ["config", "message", "end"]
+    assert events[1]["data"]["skipped"] == "capability"
+    assert "len(nodes) >= 2" in events[1]["data"]["message"]
+    assert events[2]["data"]["return_code"] == "SKIPPED"
+    # without --use-current-env the venv does not exist: recorded error, suite goes on
+    env = dict(os.environ, MILABENCH_DASH="no")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "milabench",
+            "run",
+            "--config",
+            str(SUITE),
+            "--base",
+            str(tmp_path),
+            "--select",
+            "healthy,noop",
+            "--run-name",
+            "noenv",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    for name in ("healthy", "noop"):
+        events = data_events(tmp_path / "runs" / "noenv" / f"{name}.data")
+        assert [e["event"] for e in events] == ["config", "error", "end"]
+        assert events[1]["data"]["type"] == "EnvironmentMissing"
+        assert "milabench install" in events[1]["data"]["message"]
+
+
+@pytest.mark.slow
+def test_torchrun_smuggled_channel(tmp_path):
+    milabench(
+        "run", "--select", "distributed", "--run-name", "ddp", base=tmp_path, check=0, timeout=300
+    )
+    run = tmp_path / "runs" / "ddp"
+    events = data_events(run / "ddp.data")
+    start = next(e for e in events if e["event"] == "start")["data"]["command"]
+    assert start[0].endswith("torchrun") and "--nproc-per-node=2" in start
+    records = [e["data"] for e in events if e["event"] == "data"]
+    assert len(records) == 3
+    assert all(r["world"] == 2 and r["sum"] == 3.0 and r["rate"] > 0 for r in records)
+    stdout = (run / "ddp.stdout").read_text()
+    assert "rank 0 of 2 done (DATA_FD=1)" in stdout and "rank 1 of 2 done" in stdout
+    assert "\x1b[" not in stdout  # smuggled records were taken out of the text
+
+
+@pytest.mark.slow
+def test_voir_instrumented_script(tmp_path):
+    milabench("run", "--select", "voir", "--run-name", "voir", base=tmp_path, check=0)
+    events = data_events(tmp_path / "runs" / "voir" / "voirbench.D0.data")
+    command = next(e for e in events if e["event"] == "start")["data"]["command"]
+    assert command[0].endswith("/voir")
+    assert command[1:5] == ["--stop", "5", "--gpu-poll", "1"]
+    phases = [e["data"]["name"] for e in events if e["event"] == "phase"]
+    assert phases[:4] == ["init", "parse_args", "load_script", "run_script"]
+    records = [e["data"] for e in events if e["event"] == "data"]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses[:3] == [1.0, 0.5, 1 / 3]
+    assert any(r.get("task") == "early_stop" and r["progress"] == [5, 5] for r in records)
+    assert "stop" in [e["event"] for e in events]
+    assert events[-1]["data"].get("early_stop") is True
+
+
+def test_matrix_and_machine(tmp_path):
+    proc = milabench(
+        "matrix",
+        "--select",
+        "healthy,distributed",
+        "--format",
+        "json",
+        base=tmp_path,
+        check=0,
+        env=dict(os.environ, MILABENCH_FAKE_GPUS="cuda:2", MILABENCH_DASH="no"),
+    )
+    out = json.loads(proc.stdout)
+    healthy = out["healthy"]
+    assert healthy["command"][1].endswith("benchmarks/healthy/main.py")
+    assert healthy["command"][2:] == ["--steps", "5", "--workers", "2"]
+    assert [p["tag"] for p in healthy["processes"]] == ["healthy.D0", "healthy.D1"]
+    assert [p["env"]["CUDA_VISIBLE_DEVICES"] for p in healthy["processes"]] == ["0", "1"]
+    ddp = out["ddp"]
+    assert ddp["command"][0].endswith("torchrun") and "--nproc-per-node=2" in ddp["command"]
+    assert "processes" not in ddp
+
+    machine = milabench(
+        "machine",
+        base=tmp_path,
+        check=0,
+        env=dict(os.environ, MILABENCH_FAKE_GPUS="cuda:2:1000", MILABENCH_HF_TOKEN="hf_secret"),
+    )
+    meta = json.loads(machine.stdout)
+    assert meta["cpu"]["count"] == os.cpu_count()
+    assert meta["os"]["sysname"] == "Linux"
+    assert meta["accelerators"]["arch"] == "cuda"
+    assert len(meta["accelerators"]["gpus"]) == 2
+    assert meta["milabench"]["version"]
+    assert meta["torch"]["version"].startswith("2.13")
+    assert "hf_secret" not in machine.stdout

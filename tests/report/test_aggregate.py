@@ -1,0 +1,256 @@
+"""Aggregation, reasons, validations and renderers on run folders with known contents."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from milabench.report import build_report, render
+from milabench.report.tracebacks import extract_pip_errors, extract_traceback
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synth import META, entry, write_file  # noqa: E402
+
+TRACE = """some output
+Traceback (most recent call last):
+  File "main.py", line 10, in <module>
+    train()
+  File "main.py", line 5, in train
+    raise ValueError("bad batch")
+ValueError: bad batch
+"""
+
+
+def gpu(used, load, power, total=81920):
+    return {"0": {"memory": [used, total], "load": load, "temperature": 60, "power": power}}
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "runs" / "synthetic"
+    # per_gpu benchmark on two devices (device 1 slower)
+    write_file(
+        d,
+        "pg.D0",
+        entry("pg", weight=2.0),
+        rates=[10, 11, 12, 13, 14, 100],
+        losses=[3, 2, 1],
+        gpudata=[gpu(1000, 0.9, 100), gpu(3000, 0.8, 200), gpu(2000, 0.7, 300)],
+    )
+    write_file(d, "pg.D1", entry("pg", weight=2.0), rates=[5, 5, 6])
+    # global-rate benchmark (njobs): one success, one timeout
+    nj = entry("nj", plan={"method": "njobs", "n": 2})
+    write_file(d, "nj.0", nj, rates=[20, 22, 24, 26, 28])
+    write_file(d, "nj.1", nj, rates=[21], rc="TIMEOUT")
+    # early stop with a non-zero code is a success
+    write_file(d, "es.D0", entry("es"), rates=[7, 8], rc=-15, stop=True)
+    # NaN loss
+    write_file(d, "nan.D0", entry("nan"), rates=[1, 2], losses=[1.0, float("nan")])
+    # crash with a traceback
+    write_file(d, "crash.D0", entry("crash"), rates=[], rc=1, stderr=TRACE)
+    # capability skip (runner style)
+    write_file(
+        d,
+        "multi",
+        entry("multi", plan={"method": "njobs", "n": 1}),
+        rc="SKIPPED",
+        extra=[
+            {
+                "event": "message",
+                "data": {"message": "skipped: len(nodes) >= 2", "skipped": "capability"},
+            }
+        ],
+    )
+    # the tool died: no end event, and a cut last line
+    p = write_file(d, "cut.D0", entry("cut"), rates=[3, 3], rc=None)
+    with open(p, "a") as f:
+        f.write('{"event": "data", "data": {"task": "train", "ra')
+    return d
+
+
+def test_statistics_scores_and_reasons(run_dir: Path):
+    rep = build_report([run_dir], entries={"notrun": entry("notrun", weight=1.5)})
+    pg = rep.bench("pg")
+    assert (pg.n, pg.fail, pg.ngpu) == (2, 0, 2)
+    pooled = sorted([10, 11, 12, 13, 14, 100, 5, 5, 6])[1:-1]
+    assert pg.samples == pooled
+    assert pg.perf == pytest.approx(sum(pooled) / len(pooled))
+    d0 = (11 + 12 + 13 + 14) / 4  # trimmed per device
+    d1 = (5 + 5 + 6) / 3
+    assert pg.device_rates == {"0": pytest.approx(d0), "1": pytest.approx(d1)}
+    assert pg.score == pytest.approx(d0 + d1)
+    assert pg.peak_memory == 3000
+    assert pg.mean_load == pytest.approx(0.8)
+    assert pg.energy == pytest.approx(100 * 1 + 200 * 1)  # left sums between samples
+    assert pg.mean_power == pytest.approx(200)
+    assert pg.perf_per_watt == pytest.approx((d0 + d1) / 200)
+
+    nj = rep.bench("nj")
+    assert (nj.n, nj.fail) == (2, 1)
+    assert nj.perf == pytest.approx(24.0)
+    assert nj.score == pytest.approx(24.0 * 0.5)
+    assert rep.bench("es").statuses["es.D0"] == "success"
+    assert rep.bench("nan").reason == "failed (NaN loss)"
+    assert rep.bench("crash").reason == "failed (exit code 1)"
+    assert rep.bench("multi").reason == "skipped: capability (len(nodes) >= 2)"
+    assert rep.bench("multi").n == 0
+    assert rep.bench("cut").reason == "incomplete"
+    assert rep.bench("notrun").reason == "not run"
+
+    weights = {
+        "pg": 2.0,
+        "nj": 1,
+        "es": 1,
+        "nan": 1,
+        "crash": 1,
+        "multi": 1,
+        "cut": 1,
+        "notrun": 1.5,
+    }
+    scores = {"pg": d0 + d1, "nj": 12.0, "es": 7.5}
+    expected = math.exp(
+        sum(w * math.log(scores.get(k, 0) + 1) for k, w in weights.items()) / sum(weights.values())
+    )
+    assert rep.score == pytest.approx(expected)
+    # fails: nj.1, nan, crash, cut (multi skipped, notrun absent) over n = 2+2+1+1+1+1
+    assert rep.failure_rate == pytest.approx(4 / 8)
+    assert rep.verdict == "FAIL" and rep.exit_code == 1
+
+
+def test_validation_layers(run_dir: Path):
+    write_file(
+        run_dir,
+        "idle.D0",
+        entry("idle"),
+        rates=[1, 1],
+        gpudata=[gpu(50000, 0.1, 50), gpu(50000, 0.2, 50)],
+    )
+    rep = build_report([run_dir], validations=["all"])
+    layers = {layer.name: layer for layer in rep.layers}
+    err = layers["error"]
+    assert any("crash" in f and "ValueError: bad batch" in f for f in err.failures)
+    assert any("nj" in f and "timed out" in f for f in err.failures)
+    assert not any(f.startswith("nan:") for f in err.failures)  # clean exit: loss layer's job
+    assert not any(f.startswith("multi") for lay in rep.layers for f in lay.failures)
+    crash = next(g for g in rep.errors if g.bench == "crash")
+    assert crash.line == "ValueError: bad batch" and crash.tags == ["crash.D0"]
+    assert crash.excerpt[0].startswith("Traceback")
+    assert layers["ensure_rate"].failures == ["crash: no throughput sample from crash.D0"]
+    assert layers["loss"].failures == ["nan: NaN loss in nan.D0"]
+    assert not any(f.startswith("pg:") for f in layers["usage"].failures)
+    assert layers["usage"].failures == [
+        "idle: mean accelerator load 0.15 < gpu_load_threshold 0.50"
+    ]
+    assert any("pg" in w and "memory" in w for w in layers["usage"].warnings)
+    assert any(f.startswith("pg:") and "2 process(es)" in f for f in layers["planning"].failures)
+
+
+def test_clean_run_passes(tmp_path: Path):
+    d = tmp_path / "ok"
+    write_file(d, "a.D0", entry("a"), rates=[10.0] * 6, losses=[2, 1])
+    write_file(d, "b.0", entry("b", plan={"method": "njobs", "n": 1}), rates=[3, 4, 5])
+    rep = build_report([d], validations=["all,-usage"])
+    assert rep.exit_code == 0 and rep.verdict == "PASS" and rep.failure_rate == 0
+    assert rep.score == pytest.approx(math.exp((math.log(11) + math.log(5)) / 2))
+    assert "a " in render(rep, "text") and "(PASS)" in render(rep, "text")
+    # missing metadata fails the default `version` layer
+    write_file(d, "c.D0", entry("c"), rates=[1.0], meta=None)
+    assert build_report([d]).exit_code == 1
+
+
+def test_renderers(run_dir: Path):
+    rep = build_report([run_dir])
+    text = render(rep, "text")
+    header = text.split("Breakdown\n---------\n")[1].splitlines()[0]
+    assert [c.strip() for c in header.split("|")] == [
+        "bench",
+        "fail",
+        "n",
+        "ngpu",
+        "perf",
+        "sem%",
+        "std%",
+        "peak_memory",
+        "score",
+        "weight",
+    ]
+    assert "Failure rate:" in text and "Errors" in text and "ValueError: bad batch" in text
+    data = json.loads(render(rep, "json"))
+    assert {"benchmarks", "score", "failure_rate", "verdict"} <= set(data)
+    row = next(r for r in data["benchmarks"] if r["name"] == "multi")
+    assert {"name", "n", "fail", "ngpu", "perf", "std", "sem", "score", "weight"} <= set(row)
+    assert row["perf"] is None and row["reason"].startswith("skipped: capability")
+    assert data["score"] == pytest.approx(rep.score)
+    rows = list(csv.DictReader(io.StringIO(render(rep, "csv"))))
+    assert float(next(r for r in rows if r["name"] == "pg")["perf"]) == pytest.approx(
+        rep.bench("pg").perf
+    )
+    md = render(rep, "markdown")
+    assert "| bench | fail |" in md and "<details>" in md
+    html = render(rep, "html")
+    assert "<svg" in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    assert "<script" not in html
+
+
+def test_traceback_extraction_variants():
+    torchrun = "\n".join("[rank0]: " + ln for ln in TRACE.splitlines())
+    assert extract_traceback(torchrun.splitlines()).line == "ValueError: bad batch"
+    chained = (
+        TRACE
+        + "\nDuring handling of the above exception, another exception occurred:\n\n"
+        + TRACE.replace("ValueError: bad batch", "KeyError: 'x'")
+    )
+    assert extract_traceback(chained.splitlines()).line == "KeyError: 'x'"
+    pip = [
+        "Collecting foo",
+        "ERROR: Could not find a version that satisfies the requirement foo==9",
+        "ERROR: No matching distribution found for foo==9",
+    ]
+    assert extract_pip_errors(pip).line.startswith("ERROR: Could not find a version")
+    uv = ["  × No solution found when resolving dependencies:", "  ╰─▶ Because foo was not found"]
+    assert "No solution found" in extract_pip_errors(uv).line
+
+
+def test_install_log_folder_reports_pip_error(tmp_path: Path):
+    d = tmp_path / "install.2026"
+    write_file(
+        d,
+        "torch",
+        {"name": "torch"},
+        rc=1,
+        stderr="ERROR: No matching distribution found for torch==0.0.1\n",
+    )
+    rep = build_report([d])
+    assert rep.errors[0].line == "ERROR: No matching distribution found for torch==0.0.1"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "milabench", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_report(run_dir: Path, tmp_path: Path):
+    proc = _cli("report", "--runs", str(run_dir), "--format", "json")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["verdict"] == "FAIL"
+    out = tmp_path / "r.html"
+    proc = _cli("report", "--runs", str(run_dir), "--format", "html", "--output", str(out))
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    proc = _cli("report", "--runs", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "no such run folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = _cli("report", "--runs", str(run_dir), "--validations", "bogus")
+    assert proc.returncode == 2 and "unknown layer" in proc.stderr
+
+
+def test_meta_is_used_for_system(run_dir: Path):
+    rep = build_report([run_dir])
+    assert rep.system["cpu"] == META["cpu"]["brand"] and rep.system["n_cpu"] == 2

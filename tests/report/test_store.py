@@ -1,0 +1,149 @@
+"""Results store: idempotent imports, history with outlier flags, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from milabench.report.store import Store, flag
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synth import entry, write_file  # noqa: E402
+
+TABLES = ("mb_runs", "mb_results", "mb_samples")
+
+
+def make_runs(root: Path, perfs: list[float]) -> list[Path]:
+    """One run folder per value, started one hour apart, rates around that value."""
+    dirs = []
+    for i, p in enumerate(perfs):
+        d = root / f"run{i:02d}"
+        write_file(d, "bench.D0", entry("bench"), rates=[p - 1, p, p + 1, p, p - 0.5, p + 0.5],
+                   t0=1_700_000_000 + 3600 * i)  # fmt: skip
+        dirs.append(d)
+    return dirs
+
+
+def check_store(url: str, root: Path) -> None:
+    dirs = make_runs(root, [100, 101, 99, 100.5, 99.5, 70])
+    with Store(url) as store:
+        results = [store.import_run(d) for d in dirs]
+        assert all(r.added for r in results)
+        counts = [store.count(t) for t in TABLES]
+        assert counts == [6, 6, 6 * 4]  # 6 samples per run, trimmed to 4
+        assert not any(store.import_run(d).added for d in dirs)  # idempotent
+        assert [store.count(t) for t in TABLES] == counts
+        hist = store.history("bench", last=10)
+        assert [h.run for h in hist] == [d.name for d in dirs]
+        assert [h.flagged for h in hist] == [False] * 5 + [True]
+        assert hist[-1].zscore < -3
+        assert store.samples("run05")["bench"] == [69.5, 70.0, 70.0, 70.5]
+    # a run that changed (more data) is a new run
+    write_file(dirs[0], "bench.D1", entry("bench"), rates=[100, 100, 100])
+    with Store(url) as store:
+        assert store.import_run(dirs[0]).added
+        assert store.count("mb_runs") == 7
+
+
+def test_sqlite_store(tmp_path: Path):
+    check_store(f"sqlite:///{tmp_path / 'db' / 'results.sqlite'}", tmp_path / "runs")
+
+
+def test_flag_rule():
+    assert flag(130.0, [100, 101, 99, 100], 3.0)[0]
+    assert not flag(101.5, [100, 101, 99, 100], 3.0)[0]
+    assert flag(50.0, [100, 101], 3.0) == (False, None)  # too little history
+
+
+def test_cli_history_check_exit(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    dirs = make_runs(tmp_path / "runs", [100, 101, 99, 100, 40])
+    run = [sys.executable, "-m", "milabench", "store"]
+    proc = subprocess.run(
+        [*run, "import", *map(str, dirs), "--url", url], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "! bench: perf 40.00" in proc.stdout
+    proc = subprocess.run([*run, "history", "bench", "--url", url, "--check"], capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode == 1 and "OUTLIER" in proc.stdout.splitlines()[-1]
+    proc = subprocess.run([*run, "history", "nope", "--url", url], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no stored result for benchmark 'nope'" in proc.stderr
+
+
+def _pg_bin() -> Path | None:
+    for cand in sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True):
+        return Path(cand).parent
+    return None
+
+
+@pytest.fixture(scope="session")
+def postgres() -> str:
+    """A private PostgreSQL cluster on a unix socket, run as the `postgres` user."""
+    pytest.importorskip("sqlalchemy", reason="SQLAlchemy (milabench[store]) is not installed")
+    pytest.importorskip("psycopg", reason="psycopg (milabench[store]) is not installed")
+    bindir = _pg_bin()
+    if bindir is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "install", "-y", "postgresql"], capture_output=True, env=env,
+                       timeout=900)  # fmt: skip
+        bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries are not installed and could not be installed")
+    user = "postgres"
+    try:
+        import pwd
+
+        pwd.getpwnam(user)
+    except KeyError:
+        pytest.skip("no 'postgres' system user to run the server as")
+    # pytest's temp root is private to root (0700): the server user needs its own folder
+    root = Path(tempfile.mkdtemp(prefix="milabench-pg-"))
+    data, sock = root / "data", root / "sock"
+    sock.mkdir()
+    os.chmod(root, 0o755)
+    shutil.chown(root, user)
+    shutil.chown(sock, user)
+    as_pg = ["runuser", "-u", user, "--"] if os.geteuid() == 0 else []
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([*as_pg, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U",
+                           user], capture_output=True, text=True)  # fmt: skip
+    if proc.returncode:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"initdb failed: {proc.stderr.strip()[-300:]}")
+    opts = f"-k {sock} -p {port} -c listen_addresses=''"
+    ctl = [*as_pg, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w"]
+    proc = subprocess.run([*ctl, "-o", opts, "start"], capture_output=True, text=True)
+    if proc.returncode:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"PostgreSQL did not start: {proc.stderr.strip()[-300:]}")
+    try:
+        yield f"postgresql://{user}@/postgres?host={sock}&port={port}"
+    finally:
+        subprocess.run([*ctl, "-m", "fast", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_postgresql_store(postgres: str, tmp_path: Path):
+    check_store(postgres, tmp_path / "runs")
+    proc = subprocess.run([sys.executable, "-m", "milabench", "store", "history", "bench", "--url",
+                           postgres], capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0 and "run05" in proc.stdout and "OUTLIER" in proc.stdout
+
+
+def test_bad_url_is_a_user_error(tmp_path: Path):
+    proc = subprocess.run([sys.executable, "-m", "milabench", "store", "runs", "--url",
+                           "postgresql://nobody@/x?host=/nonexistent&port=1"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "cannot connect to the store" in proc.stderr
