@@ -52,8 +52,9 @@ def read_marker(marker: Path) -> dict[str, Any] | None:
         return None
 
 
-def is_prepared(root: str | os.PathLike, params: dict[str, Any] | None = None, *,
-                marker: str = MARKER) -> bool:
+def is_prepared(
+    root: str | os.PathLike, params: dict[str, Any] | None = None, *, marker: str = MARKER
+) -> bool:
     """True when ``root`` holds a finished dataset generated with ``params``."""
     content = read_marker(Path(root) / marker)
     if content is None:
@@ -75,8 +76,9 @@ def _write_marker(marker: Path, params: dict[str, Any], info: dict[str, Any]) ->
 
 
 @contextmanager
-def prepared(root: str | os.PathLike, params: dict[str, Any] | None = None, *,
-             marker: str = MARKER) -> Iterator[Preparation]:
+def prepared(
+    root: str | os.PathLike, params: dict[str, Any] | None = None, *, marker: str = MARKER
+) -> Iterator[Preparation]:
     """Generate a dataset at most once.
 
     ::
@@ -134,8 +136,14 @@ def make_image_folder(
     if n_classes < 1 or per_class < 1 or size < 1:
         raise ValueError("n_classes, per_class and size must be positive")
     root = Path(root)
-    params = {"kind": "image_folder", "n_classes": n_classes, "per_class": per_class,
-              "size": size, "seed": seed, "quality": quality}
+    params = {
+        "kind": "image_folder",
+        "n_classes": n_classes,
+        "per_class": per_class,
+        "size": size,
+        "seed": seed,
+        "quality": quality,
+    }
     with prepared(root, params) as prep:
         if prep.done:
             _say(f"already prepared: {n_classes * per_class} images in {root}", verbose)
@@ -161,8 +169,11 @@ def make_image_folder(
                 image.save(folder / f"{i:05d}.jpeg", format="JPEG", quality=quality)
         elapsed = time.perf_counter() - start
         prep.info["seconds"] = round(elapsed, 3)
-        _say(f"generated {n_classes * per_class} images ({n_classes} classes, "
-             f"{size}x{size}) in {root} in {elapsed:.1f} s", verbose)
+        _say(
+            f"generated {n_classes * per_class} images ({n_classes} classes, "
+            f"{size}x{size}) in {root} in {elapsed:.1f} s",
+            verbose,
+        )
     return root
 
 
@@ -200,8 +211,14 @@ def make_token_file(
     root = Path(root)
     path = root / name
     dtype = token_dtype(vocab_size)
-    params = {"kind": "token_file", "name": name, "n_tokens": n_tokens,
-              "vocab_size": vocab_size, "seed": seed, "dtype": dtype}
+    params = {
+        "kind": "token_file",
+        "name": name,
+        "n_tokens": n_tokens,
+        "vocab_size": vocab_size,
+        "seed": seed,
+        "dtype": dtype,
+    }
     with prepared(root, params, marker=f"{name}.done") as prep:
         if prep.done and path.exists():
             _say(f"already prepared: {n_tokens} tokens in {path}", verbose)

@@ -155,13 +155,20 @@ class PsutilSampler:
 
     def cpu(self) -> dict[str, Any]:
         mem = self.psutil.virtual_memory()
-        return {"memory": [mem.total - mem.available, mem.total], "load": self.psutil.cpu_percent(None)}
+        return {
+            "memory": [mem.total - mem.available, mem.total],
+            "load": self.psutil.cpu_percent(None),
+        }
 
     def process(self) -> dict[str, Any]:
         with self.proc.oneshot():
             rss = self.proc.memory_info().rss
             load = self.proc.cpu_percent(None)
-        return {"pid": self.proc.pid, "load": load, "memory": [rss, self.psutil.virtual_memory().total]}
+        return {
+            "pid": self.proc.pid,
+            "load": load,
+            "memory": [rss, self.psutil.virtual_memory().total],
+        }
 
 
 class ProcSampler:

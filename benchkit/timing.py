@@ -432,9 +432,10 @@ class TimedIterator:
         writer = self.writer
         if writer is None:
             return
-        # Records are formatted here rather than through json for speed: the keys are
-        # fixed, the strings are JSON-encoded once, and ``repr`` of a finite float is
-        # valid JSON (the same shortest form json uses).
+        # Records are formatted here rather than through json for speed (the flush of a
+        # long epoch formats one record per step): the keys are fixed, the strings are
+        # JSON-encoded once, and a finite float printed with ``g``/``f`` is valid JSON.
+        # Rates keep 7 significant digits, timestamps microseconds.
         head = '{"task": ' + json.dumps(self.task) + ', "rate": '
         tail = ', "units": ' + json.dumps(self.units) + ', "time": '
         lines = []
@@ -442,13 +443,20 @@ class TimedIterator:
         for i, (duration, stamp, size) in enumerate(zip(durations, stamps, totals, strict=False)):
             if i < skip or duration <= 0:
                 continue
-            lines.append(f"{head}{size / duration!r}{tail}{stamp!r}}}")
+            rate = size / duration
+            if rate != rate or rate == _INF:
+                continue
+            lines.append(f"{head}{rate:.7g}{tail}{stamp:.6f}}}")
         writer.write_encoded(lines)
         if losses:
             values = _loss_values([x for x, _ in losses])
             offset = self._epoch_offset
-            for value, (_, when) in zip(values, losses, strict=False):
-                writer.write({"task": self.task, "loss": value, "time": when + offset})
+            head = '{"task": ' + json.dumps(self.task) + ', "loss": '
+            lines = [
+                f'{head}{_json_float(value)}, "time": {when + offset:.6f}}}'
+                for value, (_, when) in zip(values, losses, strict=False)
+            ]
+            writer.write_encoded(lines)
 
     def _durations(self, starts: list[Any], ends: list[Any]) -> tuple[list[float], list[float]]:
         if not ends:
@@ -508,6 +516,16 @@ class TimedIterator:
     def _stop_monitor(self) -> None:
         if self._monitor is not None:
             self._monitor.stop()
+
+
+def _json_float(value: float) -> str:
+    """A float as strict JSON: NaN/infinities become strings, as the channel writes them
+    (the report reads them back as floats and fails a NaN loss)."""
+    if value != value:
+        return '"NaN"'
+    if value in (_INF, -_INF):
+        return '"Infinity"' if value > 0 else '"-Infinity"'
+    return repr(float(value))
 
 
 def _loss_values(values: list[Any]) -> list[float]:

@@ -5,6 +5,9 @@ MLP, grouped-query attention), built with random weights: nothing is downloaded.
 ``--size`` picks the shape (``tiny`` for tests and CPUs, ``1b``/``3b``-class shapes for
 GPUs). Tokens are synthetic; throughput is tokens/s.
 
+Under torchrun (``WORLD_SIZE`` set) it trains data-parallel (DistributedDataParallel over
+``--backend``), and rank 0 reports the global tokens/s.
+
 Runs by hand too: ``python main.py --size tiny``.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 
 import torch
 
@@ -41,9 +45,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gradient-checkpointing", action="store_true", help="trade compute for memory"
     )
     parser.add_argument("--device", default=None)
+    parser.add_argument(
+        "--backend", default=None, help="collectives under torchrun (default: by device)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="intra-op CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
+
+
+def setup_distributed(args: argparse.Namespace, device_type: str) -> tuple[torch.device, int]:
+    """This rank's device, and the rank (0 when not launched by torchrun)."""
+    if "WORLD_SIZE" not in os.environ:
+        return torch.device(device_type), 0
+    import torch.distributed as dist
+
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device(device_type, local_rank) if device_type != "cpu" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend=args.backend or ("nccl" if device.type == "cuda" else "gloo"))
+    return device, dist.get_rank()
 
 
 def make_model(size: str, seq_len: int):
@@ -66,7 +87,7 @@ def make_model(size: str, seq_len: int):
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
-    device = torch.device(args.device or default_device())
+    device, rank = setup_distributed(args, args.device or default_device())
     if args.threads:
         torch.set_num_threads(args.threads)
     if device.type == "cuda":
@@ -79,16 +100,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.to(device).train()
+    if "WORLD_SIZE" in os.environ:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=device.type == "cuda")
     scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
     n_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"llm: {args.size} ({n_params / 1e6:.1f}M parameters), batch {args.batch_size}x{args.seq_len}, "
-        f"{args.precision} on {device}, {torch.get_num_threads()} threads",
-        flush=True,
-    )
+    if rank == 0:
+        print(
+            f"llm: {args.size} ({n_params / 1e6:.1f}M parameters), batch {args.batch_size}x{args.seq_len}, "
+            f"{args.precision} on {device}, {torch.get_num_threads()} threads",
+            flush=True,
+        )
 
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed + rank)
     pool = [
         torch.randint(0, vocab, (args.batch_size, args.seq_len), generator=gen).to(device)
         for _ in range(4)

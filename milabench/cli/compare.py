@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "min-effect",
         type=float,
         default=None,
-        help="smallest relative change reported as significant (0.03)",
+        help="smallest relative change reported as significant (0.05)",
     )
     add_option(parser, "resamples", type=int, default=2000, help="bootstrap resamples")
     add_option(parser, "seed", type=int, default=0, help="bootstrap seed")

@@ -16,8 +16,12 @@ from milabench.cli.common import add_suite_options
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser, selection=False)
     parser.add_argument("bench", metavar="BENCH", help="benchmark (entry) name")
-    parser.add_argument("rest", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
-                        help="command to run instead of an interactive shell")
+    parser.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD ARGS",
+        help="command to run instead of an interactive shell",
+    )
 
 
 def split_rest(rest: list[str]) -> tuple[list[str], list[str]]:

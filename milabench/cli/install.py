@@ -16,15 +16,35 @@ from milabench.cli.common import add_option, add_suite_options
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
-    add_option(parser, "force", action="store_true", default=False,
-               help="rebuild every selected environment from scratch")
-    add_option(parser, "backend", default=None, choices=["uv", "pip"],
-               help="installer (default: option install.backend, else uv)")
-    add_option(parser, "into-current-env", action="store_true", default=False,
-               help="with --use-current-env: install the requirements into the active "
-                    "environment (otherwise it is only checked)")
-    add_option(parser, "verbose", action="store_true", default=False,
-               help="print the installers' output as it comes")
+    add_option(
+        parser,
+        "force",
+        action="store_true",
+        default=False,
+        help="rebuild every selected environment from scratch",
+    )
+    add_option(
+        parser,
+        "backend",
+        default=None,
+        choices=["uv", "pip"],
+        help="installer (default: option install.backend, else uv)",
+    )
+    add_option(
+        parser,
+        "into-current-env",
+        action="store_true",
+        default=False,
+        help="with --use-current-env: install the requirements into the active "
+        "environment (otherwise it is only checked)",
+    )
+    add_option(
+        parser,
+        "verbose",
+        action="store_true",
+        default=False,
+        help="print the installers' output as it comes",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,8 +62,13 @@ def run(args: argparse.Namespace) -> int:
     groups = build_groups(suite.entries, suite.system)
     runs = suite.base / "runs"
     results, logs = install_all(
-        groups, suite.system, runs, force=args.force, backend=args.backend,
-        into_current_env=args.into_current_env, echo=args.verbose,
+        groups,
+        suite.system,
+        runs,
+        force=args.force,
+        backend=args.backend,
+        into_current_env=args.into_current_env,
+        echo=args.verbose,
     )
     print(summary_table(results))
     for result in results:
@@ -53,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"logs: {logs}")
     failed = [r.group for r in results if r.failed]
     if failed:
-        print(f"milabench: error: install failed for group(s): {', '.join(failed)}",
-              file=sys.stderr)
+        print(
+            f"milabench: error: install failed for group(s): {', '.join(failed)}", file=sys.stderr
+        )
         return 1
     return 0

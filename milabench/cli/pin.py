@@ -15,11 +15,18 @@ from milabench.cli.common import add_option, add_suite_options
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
-    parser.add_argument("--variant", "--arch", dest="variant", default=None, metavar="ARCH",
-                        help="which requirements.<ARCH>.txt to write and which "
-                             "constraints/<ARCH>.txt to honour (default: the system arch)")
-    add_option(parser, "verbose", action="store_true", default=False,
-               help="print uv's output as it comes")
+    parser.add_argument(
+        "--variant",
+        "--arch",
+        dest="variant",
+        default=None,
+        metavar="ARCH",
+        help="which requirements.<ARCH>.txt to write and which "
+        "constraints/<ARCH>.txt to honour (default: the system arch)",
+    )
+    add_option(
+        parser, "verbose", action="store_true", default=False, help="print uv's output as it comes"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
     if not suite.entries:
         print("nothing to pin: no benchmark selected")
         return 0
-    results, logs = pin_all(suite.entries, suite.system, suite.base / "runs",
-                            variant=args.variant, echo=args.verbose)
+    results, logs = pin_all(
+        suite.entries, suite.system, suite.base / "runs", variant=args.variant, echo=args.verbose
+    )
     for r in results:
         status = "ok" if r.ok else "failed"
         files = ", ".join(str(p) for p in r.written)

@@ -13,8 +13,13 @@ from milabench.cli.common import add_option, add_suite_options
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
-    add_option(parser, "verbose", action="store_true", default=False,
-               help="print the prepare steps' output as it comes")
+    add_option(
+        parser,
+        "verbose",
+        action="store_true",
+        default=False,
+        help="print the prepare steps' output as it comes",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,8 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if not suite.entries:
         print("nothing to prepare: no benchmark selected")
         return 0
-    results, logs = prepare_all(suite.entries, suite.system, suite.base / "runs",
-                                echo=args.verbose)
+    results, logs = prepare_all(suite.entries, suite.system, suite.base / "runs", echo=args.verbose)
     print(summary_table(results))
     if logs is not None:
         print(f"logs: {logs}")

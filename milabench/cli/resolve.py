@@ -15,8 +15,13 @@ from milabench.cli.common import add_option, add_suite_options, load_suite_from_
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
-    add_option(parser, "format", choices=("yaml", "json"), default="yaml",
-               help="output format (default: yaml)")
+    add_option(
+        parser,
+        "format",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="output format (default: yaml)",
+    )
 
 
 def dump(data: dict, fmt: str) -> str:
@@ -26,8 +31,9 @@ def dump(data: dict, fmt: str) -> str:
     import yaml
 
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False,
-                     allow_unicode=True)
+    return yaml.dump(
+        data, Dumper=dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
 
 
 def run(args: argparse.Namespace) -> int:

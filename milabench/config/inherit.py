@@ -68,14 +68,18 @@ def resolve_all(doc, defaults: dict[str, Any]) -> dict[str, dict[str, Any]]:
         elif isinstance(parents, str):
             parents = [parents]
         if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
-            raise ConfigError.at(file, name, "inherits", "expected an entry name or a list of names")
+            raise ConfigError.at(
+                file, name, "inherits", "expected an entry name or a list of names"
+            )
         base = copy_data(defaults)
         tags = set(default_tags)
         for parent in parents:
             if parent in chain or parent == name:
-                cycle = " -> ".join([*chain[chain.index(parent) :], name, parent]) if (
-                    parent in chain
-                ) else f"{name} -> {name}"
+                cycle = (
+                    " -> ".join([*chain[chain.index(parent) :], name, parent])
+                    if (parent in chain)
+                    else f"{name} -> {name}"
+                )
                 raise ConfigError.at(file, name, "inherits", f"inheritance cycle: {cycle}")
             if parent not in raw or parent == "*":
                 names = [n for n in raw if n != "*"]

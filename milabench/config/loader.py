@@ -145,8 +145,9 @@ def load_suite(
         _apply_overrides(doc, list(overrides))
 
     suite_defaults = doc.entries.get("_defaults")
-    defaults = deep_merge(BUILTIN_DEFAULTS, suite_defaults if isinstance(suite_defaults, dict)
-                          else {})
+    defaults = deep_merge(
+        BUILTIN_DEFAULTS, suite_defaults if isinstance(suite_defaults, dict) else {}
+    )
     resolved = resolve_all(doc, defaults)
 
     arch = str(system_conf.get("arch") or "cpu")

@@ -76,8 +76,7 @@ def expand_entry(name: str, entry: dict[str, Any], file: object) -> dict[str, di
                 file,
                 name,
                 "job.name",
-                f"two generated entries are named '{job_name}' "
-                "(put every matrix key in the name)",
+                f"two generated entries are named '{job_name}' (put every matrix key in the name)",
             )
         generated = substitute(template, values)
         generated["matrix"] = dict(values)

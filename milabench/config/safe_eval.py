@@ -102,8 +102,10 @@ class _Walker:
             not isinstance(right, int | float) or abs(right) > MAX_EXPONENT
         ):
             raise UnsafeExpression(f"exponent {right!r} is too large")
-        if isinstance(node.op, ast.Pow) and isinstance(left, int) and (
-            left.bit_length() * abs(right) > 4096
+        if (
+            isinstance(node.op, ast.Pow)
+            and isinstance(left, int)
+            and (left.bit_length() * abs(right) > 4096)
         ):
             raise UnsafeExpression("power result is too large")
         if isinstance(node.op, ast.Mult) and (isinstance(left, str) or isinstance(right, str)):

@@ -116,8 +116,7 @@ def _validate_nodes(nodes: Any, file: object) -> list[dict[str, Any]]:
                 raise ConfigError.at(file, where, key, "required")
             if not isinstance(value, str | int):
                 raise ConfigError.at(file, where, key, "expected a string")
-        node = {**node, "name": str(node["name"]), "ip": str(node["ip"]),
-                "user": str(node["user"])}
+        node = {**node, "name": str(node["name"]), "ip": str(node["ip"]), "user": str(node["user"])}
         if node["name"] in names:
             raise ConfigError.at(file, where, "name", f"two nodes are named '{node['name']}'")
         names.add(node["name"])
@@ -150,9 +149,10 @@ def _validate_nodes(nodes: Any, file: object) -> list[dict[str, Any]]:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    from milabench.config.merge import strip_markers
     from milabench.config.yamlio import read_yaml
 
-    data = read_yaml(path)
+    data = strip_markers(read_yaml(path))
     if data is None:
         data = {}
     if isinstance(data, dict) and "system" in data:
@@ -235,9 +235,7 @@ def load_system(path: str | Path | None = None, base: str | Path | None = None) 
     if isinstance(gpu["count"], bool) or not isinstance(gpu["count"], int) or gpu["count"] < 0:
         raise ConfigError.at(file, "system", "gpu.count", "expected a whole number >= 0")
     if gpu["capacity"] is not None and capacity_mib(gpu["capacity"]) is None:
-        raise ConfigError.at(
-            file, "system", "gpu.capacity", f"unreadable size {gpu['capacity']!r}"
-        )
+        raise ConfigError.at(file, "system", "gpu.capacity", f"unreadable size {gpu['capacity']!r}")
     system["gpu"] = gpu
 
     cpu = system.get("cpu")
@@ -247,8 +245,10 @@ def load_system(path: str | Path | None = None, base: str | Path | None = None) 
         raise ConfigError.at(file, "system", "cpu", "expected a mapping")
     cpu = dict(cpu)
     if cpu.get("count") is None:
-        cpu["count"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1
+        cpu["count"] = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
         )
     system["cpu"] = cpu
 

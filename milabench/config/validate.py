@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from milabench.config import PLAN_METHODS
 from milabench.config.argv import argv_list
 from milabench.config.capabilities import requirements
 from milabench.config.inherit import suggest
 from milabench.errors import ConfigError
-
-from milabench.config import PLAN_METHODS
 
 
 def _number(value: Any) -> bool:
@@ -36,8 +35,10 @@ def validate_entry(entry: dict[str, Any], file_of) -> None:
     if not _number(entry.get("weight")):
         raise fail("weight", f"expected a number, not {entry.get('weight')!r}")
     if not _number(entry.get("max_duration")) or entry["max_duration"] <= 0:
-        raise fail("max_duration", f"expected a positive number of seconds, not "
-                                   f"{entry.get('max_duration')!r}")
+        raise fail(
+            "max_duration",
+            f"expected a positive number of seconds, not {entry.get('max_duration')!r}",
+        )
     machines = entry.get("num_machines")
     if isinstance(machines, bool) or not isinstance(machines, int) or machines < 1:
         raise fail("num_machines", f"expected a whole number >= 1, not {machines!r}")

@@ -69,8 +69,9 @@ def _group_entry(group: InstallGroup, step: str) -> dict:
     }
 
 
-def _spec(group: InstallGroup, step: str, argv: list[str], cwd: Path,
-          timeout: float = INSTALL_TIMEOUT) -> ProcessSpec:
+def _spec(
+    group: InstallGroup, step: str, argv: list[str], cwd: Path, timeout: float = INSTALL_TIMEOUT
+) -> ProcessSpec:
     return ProcessSpec(
         tag=[group.name],
         argv=argv,
@@ -113,11 +114,26 @@ class Backend:
 
     def create_spec(self, group: InstallGroup, cwd: Path) -> ProcessSpec:
         if self.name == "uv":
-            argv = [sys.executable, "-m", "uv", "venv", "--quiet", "--python", sys.executable,
-                    str(group.venv)]
+            argv = [
+                sys.executable,
+                "-m",
+                "uv",
+                "venv",
+                "--quiet",
+                "--python",
+                sys.executable,
+                str(group.venv),
+            ]
         else:
-            argv = [sys.executable, "-m", "virtualenv", "--quiet", "--python", sys.executable,
-                    str(group.venv)]
+            argv = [
+                sys.executable,
+                "-m",
+                "virtualenv",
+                "--quiet",
+                "--python",
+                sys.executable,
+                str(group.venv),
+            ]
         return _spec(group, "create", argv, cwd, timeout=600.0)
 
     def install_argv(self, python: Path, args: list[str]) -> list[str]:
@@ -125,15 +141,26 @@ class Backend:
         if self.name == "uv":
             from milabench.config.options import get_option
 
-            strategy = str(get_option(self.system, "install.index_strategy",
-                                      "unsafe-best-match"))
+            strategy = str(get_option(self.system, "install.index_strategy", "unsafe-best-match"))
             assert self.pip is not None
-            return [sys.executable, "-m", "uv", "pip", "install", "--python", str(python),
-                    "--index-strategy", strategy, *self.pip.uv_args(), *args]
+            return [
+                sys.executable,
+                "-m",
+                "uv",
+                "pip",
+                "install",
+                "--python",
+                str(python),
+                "--index-strategy",
+                strategy,
+                *self.pip.uv_args(),
+                *args,
+            ]
         return [str(python), "-m", "pip", "install", *args]
 
-    def install_spec(self, group: InstallGroup, cwd: Path,
-                     extra_constraints: Path | None) -> ProcessSpec | None:
+    def install_spec(
+        self, group: InstallGroup, cwd: Path, extra_constraints: Path | None
+    ) -> ProcessSpec | None:
         """None when the group has nothing to install (no requirements, no voir)."""
         args = requirement_args(group, extra_constraints)
         if not group.requirements and not group.needs_voir and not group.pip_args:

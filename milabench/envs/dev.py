@@ -46,8 +46,11 @@ def dev_environment(entry: dict, system: dict) -> tuple[dict[str, str], Path]:
         from milabench.envs.marker import MARKER_NAME
 
         if not (Path(pack.venv) / MARKER_NAME).exists():
-            print(f"milabench dev: warning: {pack.venv} is not marked installed (its last "
-                  "install failed or did not finish)", file=sys.stderr)
+            print(
+                f"milabench dev: warning: {pack.venv} is not marked installed (its last "
+                "install failed or did not finish)",
+                file=sys.stderr,
+            )
     env = dict(os.environ)
     env.update(benchmark_env(entry, system))
     env.update(pack.make_env())

@@ -91,7 +91,9 @@ def build_groups(entries: dict[str, dict] | list[dict], system: dict) -> list[In
             seen_defs[name] = set()
         elif group.variant != variant:
             raise ConfigError.at(
-                entry.get("config_file"), entry["name"], "install_variant",
+                entry.get("config_file"),
+                entry["name"],
+                "install_variant",
                 f"{variant!r} differs from {group.variant!r} used by the other benchmarks "
                 f"of install group {name!r}",
             )

@@ -14,6 +14,7 @@ it explicitly.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import time
@@ -121,12 +122,20 @@ def _remove_venv(venv: Path) -> None:
 
 
 def _fail(group: InstallGroup, start: float, step: str, result: StepResult) -> GroupResult:
-    return GroupResult(group.name, group.benchmarks, FAILED, time.perf_counter() - start,
-                       f"{step}: {result.error}", str(group.venv), group.notes)
+    return GroupResult(
+        group.name,
+        group.benchmarks,
+        FAILED,
+        time.perf_counter() - start,
+        f"{step}: {result.error}",
+        str(group.venv),
+        group.notes,
+    )
 
 
-def _install_requirements(group: InstallGroup, backend: Backend, logs: LogFolder,
-                          echo: bool) -> StepResult | None:
+def _install_requirements(
+    group: InstallGroup, backend: Backend, logs: LogFolder, echo: bool
+) -> StepResult | None:
     """The pip/uv install step (None when the group has nothing to install)."""
     extra = write_entry_constraints(
         group.constraint_lines, logs.path / f"{group.name}.constraints.txt"
@@ -137,21 +146,35 @@ def _install_requirements(group: InstallGroup, backend: Backend, logs: LogFolder
     return run_step(spec, logs.sinks(), echo=echo)
 
 
-def install_group(group: InstallGroup, backend: Backend, logs: LogFolder, *,
-                  force: bool = False, echo: bool = False, say=print) -> GroupResult:
+def install_group(
+    group: InstallGroup,
+    backend: Backend,
+    logs: LogFolder,
+    *,
+    force: bool = False,
+    echo: bool = False,
+    say=print,
+) -> GroupResult:
     """Install one group (see module docstring); never raises for a pip failure."""
     start = time.perf_counter()
     inputs = install_inputs(group)
     digest = input_hash(inputs)
     if not force and is_up_to_date(group, digest):
-        return GroupResult(group.name, group.benchmarks, UP_TO_DATE,
-                           time.perf_counter() - start, venv=str(group.venv))
+        return GroupResult(
+            group.name,
+            group.benchmarks,
+            UP_TO_DATE,
+            time.perf_counter() - start,
+            venv=str(group.venv),
+        )
     changed = changed_inputs(group, inputs)
     remove_marker(group)
     recreate = force or not group.python.exists() or not _same_interpreter(group.venv)
     why = f"; changed: {', '.join(changed)}" if changed and not force else ""
-    say(f"[{group.name}] {'creating' if recreate else 'updating'} {group.venv} "
-        f"({backend.name}{why})")
+    say(
+        f"[{group.name}] {'creating' if recreate else 'updating'} {group.venv} "
+        f"({backend.name}{why})"
+    )
     if recreate:
         _remove_venv(group.venv)
         group.venv.parent.mkdir(parents=True, exist_ok=True)
@@ -167,13 +190,20 @@ def install_group(group: InstallGroup, backend: Backend, logs: LogFolder, *,
         return _fail(group, start, "validate", result)
     seconds = time.perf_counter() - start
     write_marker(group, digest, inputs, backend.name, seconds)
-    return GroupResult(group.name, group.benchmarks, INSTALLED, seconds,
-                       venv=str(group.venv), notes=group.notes)
+    return GroupResult(
+        group.name, group.benchmarks, INSTALLED, seconds, venv=str(group.venv), notes=group.notes
+    )
 
 
-def check_current_env(group: InstallGroup, backend: Backend, logs: LogFolder, *,
-                      into_current_env: bool = False, echo: bool = False,
-                      say=print) -> GroupResult:
+def check_current_env(
+    group: InstallGroup,
+    backend: Backend,
+    logs: LogFolder,
+    *,
+    into_current_env: bool = False,
+    echo: bool = False,
+    say=print,
+) -> GroupResult:
     """``--use-current-env``: check (and, only when asked, install into) this interpreter."""
     start = time.perf_counter()
     status = CHECKED
@@ -186,13 +216,27 @@ def check_current_env(group: InstallGroup, backend: Backend, logs: LogFolder, *,
     result = run_step(validate_spec(group, logs.path), logs.sinks(), echo=echo)
     if not result.ok:
         return _fail(group, start, "validate", result)
-    return GroupResult(group.name, group.benchmarks, status, time.perf_counter() - start,
-                       venv=sys.prefix, notes=group.notes)
+    return GroupResult(
+        group.name,
+        group.benchmarks,
+        status,
+        time.perf_counter() - start,
+        venv=sys.prefix,
+        notes=group.notes,
+    )
 
 
-def install_all(groups: list[InstallGroup], system: dict, runs: Path, *, force: bool = False,
-                backend: str | None = None, into_current_env: bool = False,
-                echo: bool = False, say=print) -> tuple[list[GroupResult], Path | None]:
+def install_all(
+    groups: list[InstallGroup],
+    system: dict,
+    runs: Path,
+    *,
+    force: bool = False,
+    backend: str | None = None,
+    into_current_env: bool = False,
+    echo: bool = False,
+    say=print,
+) -> tuple[list[GroupResult], Path | None]:
     """Install every group (failures do not stop the others); returns results and logs."""
     from milabench.envs.backends import backend_name
 
@@ -202,8 +246,9 @@ def install_all(groups: list[InstallGroup], system: dict, runs: Path, *, force: 
     try:
         for group in groups:
             if group.use_current_env:
-                res = check_current_env(group, chosen, logs, into_current_env=into_current_env,
-                                        echo=echo, say=say)
+                res = check_current_env(
+                    group, chosen, logs, into_current_env=into_current_env, echo=echo, say=say
+                )
             else:
                 res = install_group(group, chosen, logs, force=force, echo=echo, say=say)
             results.append(res)

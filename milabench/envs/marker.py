@@ -101,8 +101,9 @@ def remove_marker(group: InstallGroup) -> None:
     marker_path(group).unlink(missing_ok=True)
 
 
-def write_marker(group: InstallGroup, digest: str, inputs: dict, backend: str,
-                 seconds: float) -> None:
+def write_marker(
+    group: InstallGroup, digest: str, inputs: dict, backend: str, seconds: float
+) -> None:
     """Record a validated install (atomic rename: never a half-written marker)."""
     path = marker_path(group)
     content = {

@@ -60,27 +60,55 @@ def pin_groups(entries: dict[str, dict] | list[dict]) -> list[PinGroup]:
     return list(groups.values())
 
 
-def compile_argv(inputs: list[str], output: Path, constraints: list[Path], index_args: list[str],
-                 pip: PipSettings, variant: str, strategy: str) -> list[str]:
+def compile_argv(
+    inputs: list[str],
+    output: Path,
+    constraints: list[Path],
+    index_args: list[str],
+    pip: PipSettings,
+    variant: str,
+    strategy: str,
+) -> list[str]:
     """``uv pip compile`` for this interpreter's Python version, with forwarded sources."""
     version = "{}.{}".format(*sys.version_info[:2])
-    argv = [sys.executable, "-m", "uv", "pip", "compile", *inputs, "-o", str(output),
-            "--python-version", version, "--index-strategy", strategy,
-            "--custom-compile-command", f"milabench pin --variant {variant}",
-            "--no-annotate"]  # annotations would name the temporary group lock
+    argv = [
+        sys.executable,
+        "-m",
+        "uv",
+        "pip",
+        "compile",
+        *inputs,
+        "-o",
+        str(output),
+        "--python-version",
+        version,
+        "--index-strategy",
+        strategy,
+        "--custom-compile-command",
+        f"milabench pin --variant {variant}",
+        "--no-annotate",
+    ]  # annotations would name the temporary group lock
     for path in constraints:
         argv += ["-c", str(path)]
     return argv + index_args + pip.uv_args()
 
 
 def _spec(group: str, argv: list[str], cwd: Path, step: str) -> ProcessSpec:
-    return ProcessSpec(tag=[group], argv=argv, env={"PYTHONUNBUFFERED": "1"}, cwd=str(cwd),
-                       node=None, data_channel="fd", timeout=1800.0,
-                       entry={"name": group, "tag": [group], "phase": "pin", "step": step})
+    return ProcessSpec(
+        tag=[group],
+        argv=argv,
+        env={"PYTHONUNBUFFERED": "1"},
+        cwd=str(cwd),
+        node=None,
+        data_channel="fd",
+        timeout=1800.0,
+        entry={"name": group, "tag": [group], "phase": "pin", "step": step},
+    )
 
 
-def pin_all(entries, system: dict, runs: Path, *, variant: str | None = None,
-            echo: bool = False, say=print) -> tuple[list[PinResult], Path | None]:
+def pin_all(
+    entries, system: dict, runs: Path, *, variant: str | None = None, echo: bool = False, say=print
+) -> tuple[list[PinResult], Path | None]:
     """Compile every group's lock then each benchmark's pinned file (see module doc)."""
     from milabench.config.options import get_option
 
@@ -109,26 +137,45 @@ def pin_all(entries, system: dict, runs: Path, *, variant: str | None = None,
                 constraints.append(extra)
             lock = logs.path / f"{group.name}.lock.txt"
             say(f"[{group.name}] compiling the group lock")
-            argv = compile_argv([str(d / "requirements.in") for d in group.definitions], lock,
-                                constraints, index_args, pip, variant, strategy)
+            argv = compile_argv(
+                [str(d / "requirements.in") for d in group.definitions],
+                lock,
+                constraints,
+                index_args,
+                pip,
+                variant,
+                strategy,
+            )
             result = run_step(_spec(group.name, argv, logs.path, "lock"), sinks, echo=echo)
             if not result.ok:
-                results.append(PinResult(group.name, False, time.perf_counter() - start,
-                                         [], f"lock: {result.error}"))
+                results.append(
+                    PinResult(
+                        group.name, False, time.perf_counter() - start, [], f"lock: {result.error}"
+                    )
+                )
                 continue
             failure = ""
             for definition in group.definitions:
                 output = definition / f"requirements.{variant}.txt"
-                argv = compile_argv(["requirements.in"], output, [lock, *constraints],
-                                    index_args, pip, variant, strategy)
-                result = run_step(_spec(group.name, argv, definition, definition.name), sinks,
-                                  echo=echo)
+                argv = compile_argv(
+                    ["requirements.in"],
+                    output,
+                    [lock, *constraints],
+                    index_args,
+                    pip,
+                    variant,
+                    strategy,
+                )
+                result = run_step(
+                    _spec(group.name, argv, definition, definition.name), sinks, echo=echo
+                )
                 if not result.ok:
                     failure = f"{definition.name}: {result.error}"
                     break
                 written.append(output)
-            results.append(PinResult(group.name, not failure, time.perf_counter() - start,
-                                     written, failure))
+            results.append(
+                PinResult(group.name, not failure, time.perf_counter() - start, written, failure)
+            )
     finally:
         logs.close()
     return results, (logs.path if logs.used else None)

@@ -38,13 +38,16 @@ def _environment_problem(pack) -> str | None:
     if pack.use_current_env:
         return None
     if not Path(pack.python).exists():
-        return (f"environment {pack.venv} is missing: run 'milabench install "
-                f"--select {pack.name}' first")
+        return (
+            f"environment {pack.venv} is missing: run 'milabench install "
+            f"--select {pack.name}' first"
+        )
     return None
 
 
-def prepare_all(entries, system: dict, runs: Path, *, echo: bool = False,
-                say=print) -> tuple[list[PrepareResult], Path | None]:
+def prepare_all(
+    entries, system: dict, runs: Path, *, echo: bool = False, say=print
+) -> tuple[list[PrepareResult], Path | None]:
     """Prepare every entry in order; a failure does not stop the others."""
     from milabench.pack import load_pack
 

@@ -92,5 +92,11 @@ def run_step(spec: ProcessSpec, sinks: list, *, echo: bool = False) -> StepResul
         error = error_line(collector.text("stderr")) or error_line(lines)
         if not error:
             error = f"{spec.argv[0]} exited with {code}"
-    return StepResult(ok=ok, return_code=code, seconds=seconds, error=error, lines=lines,
-                      stdout=collector.text("stdout"))
+    return StepResult(
+        ok=ok,
+        return_code=code,
+        seconds=seconds,
+        error=error,
+        lines=lines,
+        stdout=collector.text("stdout"),
+    )

@@ -51,15 +51,35 @@ class Launcher:
         raise NotImplementedError
 
 
+class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Stream protocol that also reports the moment the main process exits.
+
+    ``asyncio.subprocess.Process.wait()`` only returns once every pipe is closed too, so
+    a leftover daemon holding stdout would make a finished benchmark look alive until its
+    timeout. ``exited`` resolves as soon as the child watcher reaps the process.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=1 << 24, loop=loop)
+        self.exited: asyncio.Future[int] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done() and self._transport is not None:
+            self.exited.set_result(self._transport.get_returncode())
+
+
 class LocalHandle(ProcessHandle):
     def __init__(
         self,
         proc: asyncio.subprocess.Process,
+        protocol: _ExitProtocol,
         data_reader: asyncio.StreamReader | None,
         data_transport: asyncio.BaseTransport | None,
         token: str,
     ) -> None:
         self.proc = proc
+        self.protocol = protocol
         self.pid = proc.pid
         assert proc.stdout is not None and proc.stderr is not None
         self.stdout = line_batches(proc.stdout)
@@ -69,8 +89,13 @@ class LocalHandle(ProcessHandle):
         self.tracker = ProcessTracker(proc.pid, token)
         self._watch = asyncio.ensure_future(self.tracker.watch())
 
+    @property
+    def returncode(self) -> int | None:
+        exited = self.protocol.exited
+        return exited.result() if exited.done() else None
+
     async def wait(self) -> int:
-        return await self.proc.wait()
+        return await asyncio.shield(self.protocol.exited)
 
     def _finish_watch(self) -> None:
         self._watch.cancel()
@@ -80,22 +105,22 @@ class LocalHandle(ProcessHandle):
         deadline = loop.time() + grace
         survivors = self.tracker.survivors()
         self.tracker.signal_all(signal.SIGTERM, survivors)  # killpg reaches the leader
-        if self.proc.returncode is None:
+        if self.returncode is None:
             try:
-                await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace)
+                await asyncio.wait_for(self.wait(), grace)
             except TimeoutError:
                 pass
         await self.tracker.wait_gone(survivors, max(deadline - loop.time(), 0.0))
         leftovers = self.tracker.survivors()
-        if self.proc.returncode is None or leftovers:
+        if self.returncode is None or leftovers:
             self.tracker.signal_all(signal.SIGKILL, leftovers)
-            if self.proc.returncode is None:
+            if self.returncode is None:
                 try:
                     self.proc.kill()
                 except ProcessLookupError:
                     pass
             await self.tracker.wait_gone(leftovers, 2.0)
-        await self.proc.wait()
+        await self.wait()
         self._finish_watch()
 
     async def cleanup(self) -> None:
@@ -131,7 +156,8 @@ class LocalLauncher(Launcher):
         else:
             env["DATA_FD"] = "1"
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _ExitProtocol(loop),
                 *spec.argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -141,16 +167,17 @@ class LocalLauncher(Launcher):
                 pass_fds=pass_fds,
                 start_new_session=True,
             )
+            proc = asyncio.subprocess.Process(transport, protocol, loop)
         except BaseException:
             for fd in (read_fd, write_fd):
                 if fd is not None:
                     os.close(fd)
             raise
-        reader = transport = None
+        reader = data_transport = None
         if write_fd is not None and read_fd is not None:
             os.close(write_fd)
             reader = asyncio.StreamReader(limit=1 << 24)
-            transport, _ = await loop.connect_read_pipe(
+            data_transport, _ = await loop.connect_read_pipe(
                 lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
             )
-        return LocalHandle(proc, reader, transport, token)
+        return LocalHandle(proc, protocol, reader, data_transport, token)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchkit.channel import SmuggleDecoder
+from milabench.errors import MilabenchError
 from milabench.events import redact
 from milabench.execute.launcher import Launcher, LocalLauncher, ProcessHandle
 from milabench.plan.spec import ProcessSpec
@@ -163,12 +164,18 @@ async def _pump_data(batches, channel: _Channel) -> None:
 def _launcher_for(spec: ProcessSpec, launcher: Launcher | None) -> Launcher:
     if launcher is not None:
         return launcher
-    node = spec.node
-    if node is None or node.get("local"):
-        return LocalLauncher()
-    from milabench.remote import SSHLauncher  # only multi-node runs need asyncssh
+    return LocalLauncher()
 
-    return SSHLauncher()
+
+def _maybe_remote(specs: list[ProcessSpec], system: dict | None) -> Launcher | None:
+    """`milabench.remote`'s node launcher when a spec names a node that is not this one."""
+    if not any(s.node is not None and not s.node.get("local") for s in specs):
+        return None
+    from milabench.remote import needs_remote, node_launcher  # asyncssh only when needed
+
+    if not needs_remote(specs, system or {}):
+        return None
+    return node_launcher(system)
 
 
 def _error_code(err: BaseException) -> int:
@@ -193,7 +200,7 @@ async def run_one(
     stop_event: asyncio.Event | None = None,
     grace: float = 5.0,
     early_stop_grace: float = 2.0,
-    interrupt_grace: float = 3.0,
+    interrupt_grace: float = 2.5,
     system: dict | None = None,
     meta: dict | None = None,
 ) -> Outcome:
@@ -206,7 +213,7 @@ async def run_one(
     emit("start", {"command": command, "time": began})
     try:
         handle: ProcessHandle = await _launcher_for(spec, launcher).start(spec)
-    except OSError as err:
+    except (OSError, MilabenchError) as err:
         code = _error_code(err)
         emit(
             "error", {"type": type(err).__name__, "message": f"cannot start {spec.argv[0]}: {err}"}
@@ -247,12 +254,15 @@ async def run_one(
             early = True
             remaining = None if timeout is None else max(began + timeout - time.time(), 0.0)
             wait_for = early_stop_grace if remaining is None else min(early_stop_grace, remaining)
-            done, _ = await asyncio.wait([waiter], timeout=wait_for)
+            await asyncio.wait(
+                [waiter, *watched[2:]], timeout=wait_for, return_when=asyncio.FIRST_COMPLETED
+            )
             if waiter.done():
                 return_code = waiter.result()
             else:
                 emit("message", {"message": "early stop: terminating the remaining processes"})
-                await handle.stop(grace)
+                interrupted = stop_event is not None and stop_event.is_set()
+                await handle.stop(min(grace, interrupt_grace) if interrupted else grace)
                 return_code, stopped_by_us = waiter.result(), True
         else:
             emit(
@@ -265,6 +275,8 @@ async def run_one(
     except BaseException:
         # Orchestrator error or cancellation: never leave the process behind.
         await asyncio.shield(handle.stop(min(grace, interrupt_grace)))
+        for task in pumps:
+            task.cancel()
         raise
     finally:
         for task in watched[1:]:
@@ -300,6 +312,8 @@ async def run_specs(
     """Run ``specs`` concurrently (the processes of one benchmark); outcomes in order."""
     if not specs:
         return []
+    if launcher is None:
+        launcher = _maybe_remote(specs, system)
     # One meta record per benchmark: the machine part is cached, the probe once per venv.
     meta = await _meta(specs[0], system)
     tasks = [

@@ -67,6 +67,8 @@ async def _run(
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+        if "milabench.remote.dispatch" in sys.modules:  # close SSH connections, if any
+            await sys.modules["milabench.remote.dispatch"].node_launcher(suite.system).close()
     return results, interrupted
 
 
@@ -117,7 +119,7 @@ def run_session(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     files = RunFileSink(run_dir)
-    console = make_console_sink(dash, out)
+    console = make_console_sink(dash, out, total=len(suite.entries) * repeat)
     sinks = [files] + ([console] if console is not None else [])
     try:
         results, interrupted = asyncio.run(

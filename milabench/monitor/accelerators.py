@@ -258,8 +258,12 @@ class SMIAccelerators(Accelerators):
             used = int(info.get("VRAM Total Used Memory (B)", 0)) // 2**20
             product = info.get("Card series") or info.get("Card SKU") or "AMD GPU"
             out.append(
-                {"index": i, "device": i, "product": product,
-                 "memory": {"used": used, "total": total}}
+                {
+                    "index": i,
+                    "device": i,
+                    "product": product,
+                    "memory": {"used": used, "total": total},
+                }
             )
         return out
 
@@ -274,8 +278,12 @@ class SMIAccelerators(Accelerators):
             except ValueError:
                 continue
             out.append(
-                {"index": index, "device": index, "product": cells[1],
-                 "memory": {"used": used, "total": total}}
+                {
+                    "index": index,
+                    "device": index,
+                    "product": cells[1],
+                    "memory": {"used": used, "total": total},
+                }
             )
         return out
 
@@ -288,9 +296,12 @@ class SMIAccelerators(Accelerators):
         for i, dev in enumerate(data.get("device_list", [])):
             total = int(dev.get("memory_physical_size_byte", 0) or 0) // 2**20
             out.append(
-                {"index": i, "device": dev.get("device_id", i),
-                 "product": dev.get("device_name", "Intel GPU"),
-                 "memory": {"used": 0, "total": total}}
+                {
+                    "index": i,
+                    "device": dev.get("device_id", i),
+                    "product": dev.get("device_name", "Intel GPU"),
+                    "memory": {"used": 0, "total": total},
+                }
             )
         return out
 
@@ -306,8 +317,11 @@ class SMIAccelerators(Accelerators):
         }
 
     def system_info(self) -> dict[str, Any]:
-        return {"arch": self.arch, "backend": os.path.basename(self.tool),
-                "count": len(self.devices())}
+        return {
+            "arch": self.arch,
+            "backend": os.path.basename(self.tool),
+            "count": len(self.devices()),
+        }
 
 
 class _Forced(Accelerators):
@@ -344,9 +358,7 @@ def detect(*, refresh: bool = False) -> Accelerators:
         found = NVMLAccelerators.probe() or SMIAccelerators.probe() or NoAccelerators()
     if forced:
         if forced not in ARCHES:
-            raise ConfigError(
-                f"MILABENCH_GPU_ARCH={forced!r}: expected one of {', '.join(ARCHES)}"
-            )
+            raise ConfigError(f"MILABENCH_GPU_ARCH={forced!r}: expected one of {', '.join(ARCHES)}")
         if forced != found.arch:
             found = _Forced(found, forced)
     _cache[key] = found

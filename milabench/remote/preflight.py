@@ -37,6 +37,12 @@ class NodeFacts:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def status(self) -> str:
+        if self.error:
+            return "FAIL"
+        return "ok" if self.facts else "unchecked"
+
 
 @dataclass
 class PreflightResult:
@@ -66,7 +72,7 @@ async def _run_local(argv: list[str], timeout: float) -> tuple[int, str, str]:
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
+    except (TimeoutError, asyncio.CancelledError):
         proc.kill()
         await proc.wait()
         raise
@@ -222,6 +228,36 @@ async def run_allreduce(
     return result
 
 
+async def _probe_all(
+    system: dict, nodes: list[dict], pool: ConnectionPool, **kwargs
+) -> list[NodeFacts]:
+    """Probe every node concurrently; at the first failure stop the others (fail fast)."""
+    tasks = {
+        asyncio.ensure_future(probe_node(n, system, pool, **kwargs)): i for i, n in enumerate(nodes)
+    }
+    found: dict[int, NodeFacts] = {}
+    pending = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                found[tasks[task]] = task.result()
+            if any(f.error for f in found.values()):
+                break
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    main = main_node(system).get("name")
+    return [
+        found.get(i)
+        or NodeFacts(
+            str(n["name"]), str(n.get("ip")), n.get("name") == main, runs_locally(n, system)
+        )
+        for i, n in enumerate(nodes)
+    ]
+
+
 async def preflight(
     system: dict,
     *,
@@ -239,11 +275,7 @@ async def preflight(
     main = main_node(system)
     nodes.sort(key=lambda n: n.get("name") != main.get("name"))  # main first
     try:
-        facts = list(
-            await asyncio.gather(
-                *(probe_node(n, system, pool, python=python, envs=envs, port=port) for n in nodes)
-            )
-        )
+        facts = await _probe_all(system, nodes, pool, python=python, envs=envs, port=port)
         result = PreflightResult(facts)
         result.failures = [f.error for f in facts if f.error]
         if not result.failures:
@@ -281,13 +313,25 @@ async def preflight(
 
 def render(result: PreflightResult) -> str:
     """The per-node table, the all-reduce line, and the failures."""
-    header = ["node", "address", "via", "reach s", "python", "torch", "accel", "port", "status"]
+    header = [
+        "node",
+        "role",
+        "address",
+        "via",
+        "reach s",
+        "python",
+        "torch",
+        "accel",
+        "port",
+        "status",
+    ]
     rows = [header]
     for f in result.nodes:
         d = f.facts
         rows.append(
             [
-                f.name + (" *" if f.main else ""),
+                f.name,
+                "main" if f.main else "worker",
                 f.address,
                 "local" if f.local else "ssh",
                 "-" if f.connect_s is None else f"{f.connect_s:.2f}",
@@ -295,7 +339,7 @@ def render(result: PreflightResult) -> str:
                 str(d.get("torch") or "-"),
                 f"{d.get('arch', '-')}:{d.get('accelerators', '-')}" if d else "-",
                 "-" if not d else ("free" if d.get("port_free") else "in use"),
-                "ok" if f.ok else "FAIL",
+                f.status,
             ]
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -24,7 +24,7 @@ from milabench.report.stats import median
 
 DEFAULT_RELATIVE = 0.05
 DEFAULT_ALPHA = 0.05
-DEFAULT_MIN_EFFECT = 0.03
+DEFAULT_MIN_EFFECT = 0.05
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Threshold:
 
 
 def parse_relative(value: Any, where: str) -> float | None:
-    """ "5%" -> 0.05; 0.05 -> 0.05; numbers >= 1 are percents (5 -> 0.05)."""
+    """`5%` -> 0.05; 0.05 -> 0.05; numbers >= 1 are percents (5 -> 0.05)."""
     if value is None:
         return None
     try:

@@ -46,18 +46,19 @@ class PlainPrinter:
         pass
 
 
-def make_console_sink(mode: str, stream: IO[str] | None = None) -> Sink | None:
-    """The dashboard for ``mode`` (long/short/no); the plain printer when unavailable."""
+def make_console_sink(
+    mode: str, stream: IO[str] | None = None, *, total: int | None = None
+) -> Sink | None:
+    """The dashboard for ``mode`` (long/short/no); the plain printer when unavailable.
+
+    ``total`` is the number of benchmark runs planned (for the global progress line).
+    """
     stream = stream or sys.stdout
     try:
         from milabench.sinks.dashboard import make_dashboard
     except ImportError:
-        make_dashboard = None
-    if make_dashboard is not None:
-        return make_dashboard(mode, stream)
-    if mode == "no" or not mode:
         return PlainPrinter(stream)
-    return PlainPrinter(stream)
+    return make_dashboard(mode, stream, total=total)
 
 
 __all__ = ["PlainPrinter", "Sink", "make_console_sink"]

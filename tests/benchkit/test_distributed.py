@@ -25,7 +25,7 @@ _SCRIPT = textwrap.dedent(
     steps = 0
     for epoch in range(3):
         for batch in it:
-            time.sleep(0.01)
+            time.sleep(0.05)
             it.record_loss(torch.tensor(float(rank)))
             steps += 1
         if it.done:
@@ -44,11 +44,20 @@ def test_torchrun_global_throughput_from_rank_zero(tmp_path):
     env.pop("MILABENCH_CONFIG", None)
     proc = subprocess.run(
         [
-            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-            "--master-addr=127.0.0.1", "--master-port=0", "--rdzv-backend=c10d",
-            "--rdzv-endpoint=127.0.0.1:0", str(script),
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=2",
+            "--master-addr=127.0.0.1",
+            "--master-port=0",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=127.0.0.1:0",
+            str(script),
         ],
-        env=env, capture_output=True, timeout=240, cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=240,
+        cwd=tmp_path,
     )
     out = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
@@ -58,9 +67,9 @@ def test_torchrun_global_throughput_from_rank_zero(tmp_path):
     assert "rank 0 steps 10 done True" in text and "rank 1 steps 10 done True" in text
     rates = [r["rate"] for r in records if "rate" in r]
     assert len(rates) == 8  # only rank 0 wrote: not 16
-    # 10 items (4 + 6 from both ranks) per ~10 ms step: ~1000 items/s; rank 0 alone
-    # would report ~400.
-    assert all(600 < r <= 1000 for r in rates), rates
+    # 10 items (4 + 6 from both ranks) per >= 50 ms step: at most 200 items/s, and well
+    # above the 80 items/s that rank 0's own 4 items would give.
+    assert all(120 < r <= 200 for r in rates), rates
     losses = [r["loss"] for r in records if "loss" in r]
     assert losses and set(losses) == {0.0}  # rank 0's own losses
     assert sum(1 for r in records if r.get("$event") == "stop") == 1

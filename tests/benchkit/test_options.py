@@ -12,7 +12,10 @@ def test_defaults_when_run_by_hand():
 
 
 def test_entry_voir_options_are_read():
-    entry = {"name": "x", "voir": {"options": {"stop": 30, "skip": 2, "interval": "250ms", "gpu_poll": 3}}}
+    entry = {
+        "name": "x",
+        "voir": {"options": {"stop": 30, "skip": 2, "interval": "250ms", "gpu_poll": 3}},
+    }
     opts = load_options(environ={"MILABENCH_CONFIG": json.dumps(entry)})
     assert (opts.stop, opts.skip, opts.interval, opts.gpu_poll) == (30, 2, 0.25, 3.0)
 
@@ -44,7 +47,9 @@ def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("bad", [{"stop": "lots"}, {"skip": -1}, {"stop": 1.5}, {"interval": "soon"}])
+@pytest.mark.parametrize(
+    "bad", [{"stop": "lots"}, {"skip": -1}, {"stop": 1.5}, {"interval": "soon"}]
+)
 def test_bad_values_name_the_option(bad):
     entry = {"voir": {"options": bad}}
     with pytest.raises(ValueError, match=next(iter(bad)) + "|duration"):

@@ -23,8 +23,10 @@ def entry(*reqs):
 def test_all_met():
     assert unmet_requirement(entry("len(nodes) >= 2", "gpu['count'] > 1"), SYSTEM) is None
     assert unmet_requirement({"name": "x"}, SYSTEM) is None
-    assert unmet_requirement(entry("arch in ['cuda', 'rocm'] and not cpu['count'] < 8"),
-                             SYSTEM) is None
+    assert (
+        unmet_requirement(entry("arch in ['cuda', 'rocm'] and not cpu['count'] < 8"), SYSTEM)
+        is None
+    )
     assert unmet_requirement(entry("system['arch'] == 'cuda'"), SYSTEM) is None
 
 
@@ -34,8 +36,10 @@ def test_first_failure_is_returned():
 
 
 def test_single_string_counts_as_one():
-    assert unmet_requirement({"name": "x", "requires_capabilities": "arch == 'xpu'"},
-                             SYSTEM) == "arch == 'xpu'"
+    assert (
+        unmet_requirement({"name": "x", "requires_capabilities": "arch == 'xpu'"}, SYSTEM)
+        == "arch == 'xpu'"
+    )
 
 
 @pytest.mark.parametrize(

@@ -15,23 +15,33 @@ BAD = SUITES / "bad"
 @pytest.mark.parametrize(
     "suite,expected",
     [
-        ("unknown_parent.yaml",
-         "unknown_parent.yaml: bench.inherits: no entry named '_templat' "
-         "(did you mean '_template'?)"),
+        (
+            "unknown_parent.yaml",
+            "unknown_parent.yaml: bench.inherits: no entry named '_templat' "
+            "(did you mean '_template'?)",
+        ),
         ("inherit_cycle.yaml", "inherit_cycle.yaml: b.inherits: inheritance cycle: a -> b -> a"),
-        ("include_cycle.yaml",
-         "include_cycle_b.yaml: include: include cycle: include_cycle.yaml -> "
-         "include_cycle_b.yaml -> include_cycle.yaml"),
+        (
+            "include_cycle.yaml",
+            "include_cycle_b.yaml: include: include cycle: include_cycle.yaml -> "
+            "include_cycle_b.yaml -> include_cycle.yaml",
+        ),
         ("false_argv.yaml", "false_argv.yaml: bench.argv.--amp: false is not allowed"),
-        ("matrix_dup.yaml",
-         "matrix_dup.yaml: grid.job.name: two generated entries are named 'grid-0.1'"),
+        (
+            "matrix_dup.yaml",
+            "matrix_dup.yaml: grid.job.name: two generated entries are named 'grid-0.1'",
+        ),
         ("invalid_yaml.yaml", "invalid_yaml.yaml: invalid YAML: line 4, column 6: "),
         ("non_mapping.yaml", "non_mapping.yaml: bench: an entry must be a mapping, not list"),
-        ("plan_method.yaml",
-         "plan_method.yaml: bench.plan.method: unknown method 'torchrunn' "
-         "(did you mean 'torchrun'?)"),
-        ("missing_include.yaml",
-         "missing_include.yaml: include: no such file 'does-not-exist.yaml'"),
+        (
+            "plan_method.yaml",
+            "plan_method.yaml: bench.plan.method: unknown method 'torchrunn' "
+            "(did you mean 'torchrun'?)",
+        ),
+        (
+            "missing_include.yaml",
+            "missing_include.yaml: include: no such file 'does-not-exist.yaml'",
+        ),
         ("weight.yaml", "weight.yaml: bench.weight: expected a number"),
         ("machines.yaml", "machines.yaml: bench.num_machines: expected a whole number >= 1"),
         ("bad_interp.yaml", "bad_interp.yaml: bench.env.X: cannot interpolate"),
@@ -53,8 +63,17 @@ def test_debug_shows_the_traceback():
 
 
 def test_resolve_yaml_output(tmp_path):
-    done = run_cli("resolve", "--config", str(SUITES / "main.yaml"), "--base", str(tmp_path),
-                   "--select", "noio", "--exclude", "grid-adam-bs16,grid-adam-bs32")
+    done = run_cli(
+        "resolve",
+        "--config",
+        str(SUITES / "main.yaml"),
+        "--base",
+        str(tmp_path),
+        "--select",
+        "noio",
+        "--exclude",
+        "grid-adam-bs16,grid-adam-bs32",
+    )
     assert done.returncode == 0, done.stderr
     data = yaml.safe_load(done.stdout)
     assert list(data) == ["resnet", "grid-sgd-bs16", "grid-sgd-bs32"]
@@ -64,10 +83,20 @@ def test_resolve_yaml_output(tmp_path):
 
 def test_resolve_json_output_with_overrides_and_system(tmp_path):
     done = run_cli(
-        "resolve", "--config", str(SUITES / "main.yaml"), "--format", "json",
-        "--select", "resnet", "--override", "resnet.argv.--batch-size=16",
-        "--override", "*.max_duration=30", "--system",
-        str(REPO / "config" / "examples" / "system.yaml"), "--use-current-env",
+        "resolve",
+        "--config",
+        str(SUITES / "main.yaml"),
+        "--format",
+        "json",
+        "--select",
+        "resnet",
+        "--override",
+        "resnet.argv.--batch-size=16",
+        "--override",
+        "*.max_duration=30",
+        "--system",
+        str(REPO / "config" / "examples" / "system.yaml"),
+        "--use-current-env",
     )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -79,9 +108,12 @@ def test_resolve_json_output_with_overrides_and_system(tmp_path):
 
 
 def test_environment_variables_for_paths(tmp_path):
-    done = run_cli("resolve", "--format", "json",
-                   env={"MILABENCH_CONFIG": str(SUITES / "main.yaml"),
-                        "MILABENCH_BASE": str(tmp_path)})
+    done = run_cli(
+        "resolve",
+        "--format",
+        "json",
+        env={"MILABENCH_CONFIG": str(SUITES / "main.yaml"), "MILABENCH_BASE": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["first"]["dirs"]["base"] == str(tmp_path)
 
@@ -97,8 +129,9 @@ def test_unknown_selection_is_a_usage_error():
 
 @pytest.mark.parametrize("name", ["standard.yaml", "cpu-small.yaml"])
 def test_example_suites_resolve(name):
-    done = run_cli("resolve", "--config", str(REPO / "config" / "examples" / name),
-                   "--format", "json")
+    done = run_cli(
+        "resolve", "--config", str(REPO / "config" / "examples" / name), "--format", "json"
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert {"convnet", "convnet-noio", "flops-fp32-1", "flops-bf16-2"} <= set(data)
@@ -120,8 +153,9 @@ print("HEAVY=" + ",".join(heavy))
 def test_help_imports_no_configuration_machinery():
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", HELP_PROBE], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "HEAVY="
 
@@ -135,6 +169,5 @@ def test_resolve_does_not_import_omegaconf_without_interpolation(tmp_path):
         f"load_suite({str(tmp_path / 's.yaml')!r}, base={str(tmp_path)!r}); "
         "print('omegaconf' in sys.modules)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr

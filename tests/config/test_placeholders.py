@@ -53,8 +53,13 @@ def test_value_table():
 
 @pytest.mark.parametrize(
     "arch,device,ccl",
-    [("rocm", "cuda", "rccl"), ("xpu", "xpu", "ccl"), ("hpu", "hpu", "hccl"),
-     ("cpu", "cpu", "gloo"), ("weird", "cpu", "gloo")],
+    [
+        ("rocm", "cuda", "rccl"),
+        ("xpu", "xpu", "ccl"),
+        ("hpu", "hpu", "hccl"),
+        ("cpu", "cpu", "gloo"),
+        ("weird", "cpu", "gloo"),
+    ],
 )
 def test_device_name_and_ccl(arch, device, ccl):
     v = placeholder_values(ENTRY, system(arch=arch))
@@ -137,8 +142,15 @@ def test_auto_batch_scales_with_capacity():
 
 def test_expr_and_name_value_items():
     out = resolve_argv(
-        ["expr({cpu_count} // 3)", "--n=expr(max(cpu_per_gpu * 2, 1))", "x=auto(1, 2)",
-         "expr(8 / 2)", "expr(2 ** 10 % 1000)", "expr(round(7 / 2))", "expr(1/4)"],
+        [
+            "expr({cpu_count} // 3)",
+            "--n=expr(max(cpu_per_gpu * 2, 1))",
+            "x=auto(1, 2)",
+            "expr(8 / 2)",
+            "expr(2 ** 10 % 1000)",
+            "expr(round(7 / 2))",
+            "expr(1/4)",
+        ],
         ENTRY,
         system(),
     )

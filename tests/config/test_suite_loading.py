@@ -136,14 +136,29 @@ def test_omegaconf_interpolation_absolute_and_relative(suite):
 @pytest.mark.parametrize(
     "select,exclude,expected",
     [
-        (["noio"], [], ["resnet", "grid-sgd-bs16", "grid-adam-bs16", "grid-sgd-bs32",
-                        "grid-adam-bs32"]),
+        (
+            ["noio"],
+            [],
+            ["resnet", "grid-sgd-bs16", "grid-adam-bs16", "grid-sgd-bs32", "grid-adam-bs32"],
+        ),
         (["vision"], [], ["resnet"]),  # group
         (["beta"], [], ["multi"]),  # definition folder name
         (["gamma", "inference"], [], ["first", "shadowed", "multi"]),
         (["*"], ["noio", "torch"], ["first", "shadowed"]),  # install group
-        ([], ["diagnostic"], ["shadowed", "resnet", "multi", "interp", "grid-sgd-bs16",
-                              "grid-adam-bs16", "grid-sgd-bs32", "grid-adam-bs32"]),
+        (
+            [],
+            ["diagnostic"],
+            [
+                "shadowed",
+                "resnet",
+                "multi",
+                "interp",
+                "grid-sgd-bs16",
+                "grid-adam-bs16",
+                "grid-sgd-bs32",
+                "grid-adam-bs32",
+            ],
+        ),
         (["disabled-one"], [], []),  # a disabled entry is never selected
     ],
 )
@@ -264,9 +279,7 @@ def _big_suite(tmp_path: Path, n: int, interpolate: bool) -> Path:
 def test_fifty_entries_load_fast(tmp_path, interpolate):
     path = _big_suite(tmp_path, 50, interpolate)
     system = load_suite(path, base=tmp_path).system  # warm-up (imports, detection)
-    best = min(
-        _timed(lambda: load_suite(path, base=tmp_path, system=system)) for _ in range(3)
-    )
+    best = min(_timed(lambda: load_suite(path, base=tmp_path, system=system)) for _ in range(3))
     assert best < 0.2, f"load_suite took {best:.3f}s for 50 entries"
 
 
@@ -274,3 +287,33 @@ def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def test_delete_a_whole_included_entry(tmp_path):
+    write(tmp_path / "base.yaml", "a: {definition: .}\nb: {definition: .}\n")
+    write(tmp_path / "top.yaml", "include: base.yaml\na: !delete\n")
+    assert list(load_suite(tmp_path / "top.yaml", base=tmp_path).all_entries) == ["b"]
+    write(tmp_path / "child.yaml", "include: top.yaml\nc: {inherits: a}\n")
+    with pytest.raises(ConfigError, match="c.inherits: no entry named 'a'"):
+        load_suite(tmp_path / "child.yaml", base=tmp_path)
+
+
+def test_matrix_job_clashing_with_an_entry(tmp_path):
+    write(
+        tmp_path / "s.yaml",
+        "m-1: {definition: .}\nm:\n  matrix: {v: [1, 2]}\n  job: {name: 'm-{v}', definition: .}\n",
+    )
+    with pytest.raises(ConfigError, match="m.job.name: generated entry 'm-1' has the same name"):
+        load_suite(tmp_path / "s.yaml", base=tmp_path)
+
+
+def test_matrix_without_job_name_gets_a_name_per_combination(tmp_path):
+    write(tmp_path / "s.yaml", "m:\n  matrix: {v: [1, 2], w: x}\n  definition: .\n")
+    s = load_suite(tmp_path / "s.yaml", base=tmp_path)
+    assert list(s.entries) == ["m-1-x", "m-2-x"]
+
+
+def test_requires_capabilities_type_checked_at_load(tmp_path):
+    write(tmp_path / "s.yaml", "a: {definition: ., requires_capabilities: {x: 1}}\n")
+    with pytest.raises(ConfigError, match="a.requires_capabilities: expected a list"):
+        load_suite(tmp_path / "s.yaml", base=tmp_path)

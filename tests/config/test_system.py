@@ -52,10 +52,15 @@ def test_bare_mapping_and_first_node_is_main(tmp_path):
     [
         ("  - {name: a, ip: 1.2.3.4}", r"system\.nodes\[0\] \(a\)\.user: required"),
         ("  - {ip: 1.2.3.4, user: u}", r"system\.nodes\[0\]\.name: required"),
-        ("  - {name: a, ip: 1.2.3.4, user: u, main: true}\n"
-         "  - {name: b, ip: 1.2.3.5, user: u, main: true}", r"only one node may be main"),
-        ("  - {name: a, ip: 1.2.3.4, user: u}\n  - {name: a, ip: 1.2.3.5, user: u}",
-         r"two nodes are named 'a'"),
+        (
+            "  - {name: a, ip: 1.2.3.4, user: u, main: true}\n"
+            "  - {name: b, ip: 1.2.3.5, user: u, main: true}",
+            r"only one node may be main",
+        ),
+        (
+            "  - {name: a, ip: 1.2.3.4, user: u}\n  - {name: a, ip: 1.2.3.5, user: u}",
+            r"two nodes are named 'a'",
+        ),
         ("  - {name: a, ip: 1.2.3.4, user: u, port: http}", r"\(a\)\.port: not a port"),
         ("  - {name: a, ip: 1.2.3.4, user: u, port: 70000}", r"\(a\)\.port: out of range"),
         ("  - just-a-string", r"system\.nodes\[0\]: a node must be a mapping"),
@@ -63,7 +68,8 @@ def test_bare_mapping_and_first_node_is_main(tmp_path):
 )
 def test_node_validation(tmp_path, nodes, match):
     path = write(
-        tmp_path / "sys.yaml", "system:\n  nodes:\n" + "\n".join("  " + ln for ln in nodes.splitlines())
+        tmp_path / "sys.yaml",
+        "system:\n  nodes:\n" + "\n".join("  " + ln for ln in nodes.splitlines()),
     )
     with pytest.raises(ConfigError, match=match) as info:
         load_system(path)
@@ -94,7 +100,9 @@ def test_detected_facts_fill_only_missing_values(tmp_path, monkeypatch):
     system = load_system(None)
     assert system["arch"] == "cuda"
     assert system["gpu"] == {"count": 4, "capacity": "40960 MiB"}
-    path = write(tmp_path / "s.yaml", "system:\n  arch: rocm\n  gpu: {count: 2}\n  cpu: {count: 3}\n")
+    path = write(
+        tmp_path / "s.yaml", "system:\n  arch: rocm\n  gpu: {count: 2}\n  cpu: {count: 3}\n"
+    )
     system = load_system(path)
     assert system["arch"] == "rocm"  # the user's value wins over detection
     assert system["gpu"] == {"count": 2, "capacity": "40960 MiB"}
@@ -146,8 +154,15 @@ def test_missing_system_file(tmp_path):
 
 @pytest.mark.parametrize(
     "value,mib",
-    [("81920 MiB", 81920), ("80 GiB", 81920), ("80GB", 81920), (4096, 4096),
-     ("1.5 TiB", 1572864), (None, None), ("lots", None)],
+    [
+        ("81920 MiB", 81920),
+        ("80 GiB", 81920),
+        ("80GB", 81920),
+        (4096, 4096),
+        ("1.5 TiB", 1572864),
+        (None, None),
+        ("lots", None),
+    ],
 )
 def test_capacity_parsing(value, mib):
     assert capacity_mib(value) == mib

@@ -47,12 +47,30 @@ def main() -> int:
             base = 812.5 if unit == "items/s" else 45210.0
             sink.on_event(tag, ev("data", {"task": "early_stop", "progress": [k, n]}, "data"))
             sink.on_event(
-                tag, ev("data", {"task": "train", "rate": base + i, "units": unit, "time": 0}, "data")
+                tag,
+                ev("data", {"task": "train", "rate": base + i, "units": unit, "time": 0}, "data"),
             )
-            sink.on_event(tag, ev("data", {"task": "train", "loss": 2.5 - k / n, "time": 0}, "data"))
+            sink.on_event(
+                tag, ev("data", {"task": "train", "loss": 2.5 - k / n, "time": 0}, "data")
+            )
             sink.on_event(
                 tag,
-                ev("data", {"task": "main", "time": 0, "gpudata": {"0": {"memory": [40960, 81920], "load": 0.93, "temperature": 61, "power": 310}}}, "data"),
+                ev(
+                    "data",
+                    {
+                        "task": "main",
+                        "time": 0,
+                        "gpudata": {
+                            "0": {
+                                "memory": [40960, 81920],
+                                "load": 0.93,
+                                "temperature": 61,
+                                "power": 310,
+                            }
+                        },
+                    },
+                    "data",
+                ),
             )
             for _ in range(50):  # plenty of output lines: they must not slow anything
                 sink.on_event(tag, ev("line", "epoch log line", "stdout"))

@@ -75,7 +75,9 @@ def test_plain_output_when_not_a_terminal():
     assert isinstance(sink, PlainDashboard)
     sink.on_event("bench.D0", ev("start", {"command": ["voir", "main.py"], "time": 0}))
     for i in range(1000):
-        sink.on_event("bench.D0", ev("data", {"task": "train", "rate": 100.0 + i, "units": "items/s"}, "data"))
+        sink.on_event(
+            "bench.D0", ev("data", {"task": "train", "rate": 100.0 + i, "units": "items/s"}, "data")
+        )
         sink.on_event("bench.D0", ev("line", "noise", "stdout"))
     sink.on_event("bench.D0", ev("stop", {}))
     sink.on_event("bench.D0", ev("end", {"return_code": 0}))
@@ -118,7 +120,9 @@ def test_redraws_are_throttled_and_events_are_cheap():
     start = time.perf_counter()
     sink.on_event("b.D0", ev("start", {"command": ["x"], "time": 0}))
     while time.perf_counter() - start < 1.0:
-        sink.on_event("b.D0", ev("data", {"task": "train", "rate": 5.0, "units": "items/s"}, "data"))
+        sink.on_event(
+            "b.D0", ev("data", {"task": "train", "rate": 5.0, "units": "items/s"}, "data")
+        )
         sink.on_event("b.D0", ev("line", "x", "stdout"))
         n += 2
     elapsed = time.perf_counter() - start

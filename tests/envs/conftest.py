@@ -42,9 +42,9 @@ def build_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...]
             + "".join(f"Requires-Dist: {r}\n" for r in requires)
         ).encode(),
         f"{dist}/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: milabench-tests\nRoot-Is-Purelib: true\n"
-            "Tag: py3-none-any\n"
-        ).encode(),
+            b"Wheel-Version: 1.0\nGenerator: milabench-tests\nRoot-Is-Purelib: true\n"
+            b"Tag: py3-none-any\n"
+        ),
     }
     record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items())
     files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
@@ -80,7 +80,8 @@ def workdir(tmp_path: Path) -> Path:
 def clean_environ() -> dict[str, str]:
     """This process's environment without any pip/milabench setting that could leak in."""
     return {
-        k: v for k, v in os.environ.items()
+        k: v
+        for k, v in os.environ.items()
         if not k.startswith(("PIP_", "MILABENCH_", "UV_", "VIRTUAL_ENV"))
     }
 
@@ -106,14 +107,45 @@ class Milabench:
         self.base = base
         self.env = env
 
-    def __call__(self, command: str, *args: str, timeout: float = 300,
-                 input: str | None = None) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-m", "milabench", command, "--config", str(self.config),
-                "--base", str(self.base), *args]
-        return subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=REPO,
-                              timeout=timeout, input=input)
+    def __call__(
+        self, command: str, *args: str, timeout: float = 300, input: str | None = None
+    ) -> subprocess.CompletedProcess:
+        argv = [
+            sys.executable,
+            "-m",
+            "milabench",
+            command,
+            "--config",
+            str(self.config),
+            "--base",
+            str(self.base),
+            *args,
+        ]
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+            timeout=timeout,
+            input=input,
+        )
 
 
 @pytest.fixture
 def mb(workdir: Path, offline_env: dict[str, str]) -> Milabench:
     return Milabench(workdir / "suite" / "suite.yaml", workdir / "base", offline_env)
+
+
+@pytest.fixture
+def milabench_runner():
+    return Milabench
+
+
+@pytest.fixture
+def real_env() -> dict[str, str]:
+    """This machine's pip settings (PIP_* kept), milabench variables removed."""
+    env = clean_environ()
+    env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
+    env["MILABENCH_GPU_ARCH"] = "cpu"
+    return env

@@ -17,8 +17,12 @@ def venv(base: Path, group: str) -> Path:
 
 
 def python_in(base: Path, group: str, code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv(base, group) / "bin" / "python"), "-I", "-c", code],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [str(venv(base, group) / "bin" / "python"), "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def summary_row(stdout: str, group: str) -> str:
@@ -63,15 +67,19 @@ def test_install_failures_do_not_stop_other_groups(mb):
     events = [json.loads(ln) for ln in (logs / "alpha.data").read_text().splitlines()]
     assert [e["event"] for e in events].count("start") == 3  # create, install, validate
     assert all(e["data"]["return_code"] == 0 for e in events if e["event"] == "end")
-    assert '"prefix": "%s"' % venv(mb.base, "alpha") in (logs / "alpha.stdout").read_text()
+    assert f'"prefix": "{venv(mb.base, "alpha")}"' in (logs / "alpha.stdout").read_text()
 
 
 def test_benchkit_importable_without_orchestrator_dependencies(mb):
     assert mb("install", "--select", "alpha").returncode == 0
-    proc = python_in(mb.base, "alpha", (
-        "import benchkit.channel, benchkit.datasets, importlib.util as u\n"
-        "print([m for m in ('milabench', 'omegaconf', 'yaml', 'asyncssh') if u.find_spec(m)])"
-    ))
+    proc = python_in(
+        mb.base,
+        "alpha",
+        (
+            "import benchkit.channel, benchkit.datasets, importlib.util as u\n"
+            "print([m for m in ('milabench', 'omegaconf', 'yaml', 'asyncssh') if u.find_spec(m)])"
+        ),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -134,8 +142,12 @@ def test_entry_pip_constraints_and_args(mb):
     out = python_in(mb.base, "loose", "import mbtiny; print(mbtiny.__version__)").stdout
     assert out == "1.0\n"
     # pip.args --no-deps: mbuser without its dependency
-    proc = python_in(mb.base, "nodeps", "import importlib.util as u; "
-                     "print(bool(u.find_spec('mbuser')), bool(u.find_spec('mbdep')))")
+    proc = python_in(
+        mb.base,
+        "nodeps",
+        "import importlib.util as u; "
+        "print(bool(u.find_spec('mbuser')), bool(u.find_spec('mbdep')))",
+    )
     assert proc.stdout == "True False\n"
 
 

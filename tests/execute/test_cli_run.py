@@ -18,12 +18,12 @@ from .conftest import HERE, marked_processes, wait_no_marked
 SUITE = HERE / "suites" / "faults.yaml"
 
 
-def milabench(*args, base, mark="", check=None, timeout=120, **kwargs):
-    env = dict(os.environ, MILABENCH_TEST_MARK=mark or "none", MILABENCH_DASH="no")
+def milabench(*args, base, mark="", check=None, timeout=120, env=None):
+    env = dict(env or os.environ, MILABENCH_TEST_MARK=mark or "none", MILABENCH_DASH="no")
     cmd = [sys.executable, "-m", "milabench", *args]
     if args and args[0] in ("run", "matrix"):
         cmd += ["--config", str(SUITE), "--base", str(base), "--use-current-env"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, **kwargs)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if check is not None:
         assert proc.returncode == check, proc.stdout + proc.stderr
     return proc
@@ -206,7 +206,7 @@ def test_matrix_and_machine(tmp_path):
         "json",
         base=tmp_path,
         check=0,
-        env=dict(os.environ, MILABENCH_FAKE_GPUS="cuda:2", MILABENCH_DASH="no"),
+        env=dict(os.environ, MILABENCH_FAKE_GPUS="cuda:2"),
     )
     out = json.loads(proc.stdout)
     healthy = out["healthy"]

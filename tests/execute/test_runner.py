@@ -219,3 +219,30 @@ def test_timeout_kills_sigterm_ignoring_group(tmp_path, mark):
     assert outcome.return_code == TIMEOUT
     assert time.monotonic() - t0 < 4
     assert marked_processes(mark) == []
+
+
+def test_leftover_daemon_after_normal_exit(tmp_path, mark):
+    """A benchmark that exits 0 but leaves a setsid daemon holding its stdout."""
+    code = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import os, signal, time; os.setsid();"
+        'signal.signal(signal.SIGTERM, signal.SIG_IGN); print("daemon", flush=True);'
+        " time.sleep(600)'])\n"
+        "import time; time.sleep(0.3)\n"
+        "print('leader done', flush=True)\n"
+    )
+    spec = ProcessSpec(
+        tag=["d"],
+        argv=[sys.executable, "-c", code],
+        timeout=60,
+        env={"MILABENCH_TEST_MARK": mark},
+        entry={"name": "d"},
+    )
+    sink = Collect()
+    t0 = time.monotonic()
+    (outcome,) = run_specs_sync([spec], [sink])
+    assert outcome.return_code == 0
+    assert time.monotonic() - t0 < 10
+    lines = [e["data"] for _, e in sink.events if e["event"] == "line"]
+    assert "daemon" in lines and "leader done" in lines
+    assert marked_processes(mark) == []

@@ -172,10 +172,12 @@ def test_preflight_prints_nodes_and_bandwidth(ssh_cluster, tmp_path):
     lines = proc.stdout.splitlines()
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
     assert set(rows) == {"node0", "node1"}
-    assert rows["node1"][2] == "ssh" and rows["node0"][2] == "local"
+    assert rows["node0"][1:4] == ["main", "127.0.0.1", "local"]
+    assert rows["node1"][1:4] == ["worker", "127.0.0.2", "ssh"]
     assert all(r[-1] == "ok" for r in rows.values())
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert all(r[4].startswith(py) for r in rows.values())
+    assert all(r[5].startswith(py) for r in rows.values())
+    assert all(r[7] == "cpu:0" and r[8] == "free" for r in rows.values())
     summary = [line for line in lines if line.startswith("all-reduce")]
     assert summary and "GB/s" in summary[0] and "2 ranks" in summary[0]
     bandwidth = float(summary[0].split("bandwidth ")[1].split()[0])
@@ -202,6 +204,7 @@ def test_preflight_fails_naming_unreachable_node(ssh_cluster, tmp_path):
     assert proc.returncode == 1
     assert "lost" in proc.stderr and "Traceback" not in proc.stderr
     assert "FAIL" in proc.stdout
+    print(proc.stdout, proc.stderr)
 
 
 def test_run_fails_fast_naming_unreachable_worker(ssh_cluster, tmp_path):
@@ -210,7 +213,7 @@ def test_run_fails_fast_naming_unreachable_worker(ssh_cluster, tmp_path):
     doc = {"system": ssh_cluster.system()}
     doc["system"]["nodes"][1] = {"name": "dark", "ip": "192.0.2.1", "port": 22, "user": "root"}
     doc["system"]["options"]["ssh"]["connect_timeout"] = 3
-    path = tmp_path / "system.yaml"
+    path = tmp_path / "dark.yaml"
     path.write_text(yaml.safe_dump(doc))
     marker = f"mb{uuid.uuid4().hex[:10]}"
     cmd = _run_cmd(ssh_cluster, tmp_path, marker, "tinyddp-nodes", "dark")

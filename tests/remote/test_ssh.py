@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shlex
+import socket
 import time
 import uuid
 
@@ -16,7 +17,7 @@ from benchkit.channel import SmuggleDecoder
 from milabench.errors import NodeError
 from milabench.plan.spec import ProcessSpec
 from milabench.remote.launcher import SSHLauncher
-from milabench.remote.ssh import ConnectionPool, remote_command
+from milabench.remote.ssh import ConnectionPool, SSHSettings, remote_command
 
 from .conftest import PYTHON
 
@@ -148,11 +149,16 @@ def test_host_key_mismatch_refused_then_relaxed(ssh_cluster, tmp_path):
 
 def test_unreachable_node_fails_fast_naming_it(ssh_cluster):
     system = ssh_cluster.system()
+    assert SSHSettings(system).connect_timeout == 10  # the default bound
+    system["options"]["ssh"]["connect_timeout"] = 3
     # closed port on another loopback address: refused at once
     closed = {"name": "ghost", "ip": "127.0.0.3", "port": 9, "user": "root"}
-    # a non-routable address (TEST-NET-1): SYNs go nowhere, the connect timeout bounds it
-    blackhole = {"name": "void", "ip": "192.0.2.1", "port": 22, "user": "root"}
-    system["options"]["ssh"]["connect_timeout"] = 3
+    # a "tarpit": the TCP handshake succeeds (kernel backlog) but no SSH banner ever comes,
+    # like a hung node; only the connect timeout can end it
+    tarpit = socket.socket()
+    tarpit.bind(("127.0.0.4", 0))
+    tarpit.listen(8)
+    hung = {"name": "hung", "ip": "127.0.0.4", "port": tarpit.getsockname()[1], "user": "root"}
 
     async def probe(node):
         pool = ConnectionPool(system)
@@ -161,13 +167,17 @@ def test_unreachable_node_fails_fast_naming_it(ssh_cluster):
         finally:
             await pool.close()
 
-    for node in (closed, blackhole):
-        t0 = time.monotonic()
-        with pytest.raises(NodeError) as info:
-            asyncio.run(probe(node))
-        elapsed = time.monotonic() - t0
-        assert node["name"] in str(info.value)
-        assert elapsed < 15
+    try:
+        for node, least in ((closed, 0.0), (hung, 2.5)):
+            t0 = time.monotonic()
+            with pytest.raises(NodeError) as info:
+                asyncio.run(probe(node))
+            elapsed = time.monotonic() - t0
+            assert node["name"] in str(info.value)
+            assert least <= elapsed < 15, elapsed
+        assert "no answer within 3 s" in str(info.value)
+    finally:
+        tarpit.close()
 
 
 def test_terminate_kills_remote_process_group(ssh_cluster):

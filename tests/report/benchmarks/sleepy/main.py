@@ -14,7 +14,7 @@ from benchkit.channel import DataWriter
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=30)
 parser.add_argument("--batch", type=int, default=64)
-parser.add_argument("--step-ms", type=float, default=8.0)
+parser.add_argument("--step-ms", type=float, default=40.0)
 parser.add_argument("--fail", action="store_true", help="raise after a few steps")
 args = parser.parse_args()
 

@@ -1,0 +1,95 @@
+"""Helpers to run benchmark scripts for real, as the orchestrator would.
+
+A benchmark reports through the data channel: a real pipe whose write end is announced
+by ``DATA_FD`` (read by a thread so that a chatty benchmark never blocks on a full pipe),
+or records smuggled in standard output (``DATA_FD=1``, what torchrun workers use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from benchkit.channel import SmuggleDecoder
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+@dataclass
+class BenchRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    records: list[dict] = field(default_factory=list)
+
+    def rates(self, task: str = "train") -> list[dict]:
+        return [r for r in self.records if r.get("task") == task and "rate" in r]
+
+    def losses(self) -> list[float]:
+        return [r["loss"] for r in self.records if "loss" in r]
+
+    def events(self, name: str) -> list[dict]:
+        return [r for r in self.records if r.get("$event") == name]
+
+
+def bench_env(stop: int = 4, skip: int = 1, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("MILABENCH_CONFIG", "DATA_FD"):
+        env.pop(key, None)
+    env.update(
+        BENCHKIT_STOP=str(stop),
+        BENCHKIT_SKIP=str(skip),
+        BENCHKIT_GPU_POLL="0",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
+    env.update(extra)
+    return env
+
+
+def run_with_pipe(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 180) -> BenchRun:
+    """Run ``argv`` with a real data pipe announced by ``DATA_FD`` (voir reads it too)."""
+    read_end, write_end = os.pipe()
+    env = dict(env, DATA_FD=str(write_end))
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        with os.fdopen(read_end, "rb") as reader:
+            for chunk in iter(lambda: reader.read1(65536), b""):
+                chunks.append(chunk)
+
+    reader_thread = threading.Thread(target=drain, daemon=True)
+    reader_thread.start()
+
+    try:
+        proc = subprocess.run(
+            argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+            pass_fds=(write_end,),
+        )
+    finally:
+        os.close(write_end)
+    reader_thread.join(timeout=30)
+    text = b"".join(chunks).decode()
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return BenchRun(proc.returncode, proc.stdout, proc.stderr, records)
+
+
+def run_smuggled(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 180) -> BenchRun:
+    """Run with ``DATA_FD=1``: records come hidden in standard output."""
+    env = dict(env, DATA_FD="1")
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    plain, lines = SmuggleDecoder().feed(proc.stdout)
+    return BenchRun(proc.returncode, plain, proc.stderr, [json.loads(x) for x in lines])
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable

@@ -1,0 +1,163 @@
+"""Each CPU benchmark's main.py runs for real for a few steps and reports through the
+data channel: rate records with the right units, losses where it trains, and the
+``stop`` event once the observation budget is spent."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import pytest
+
+from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
+
+MAINS = ["flops", "convnet", "transformer-lm", "bert", "opbench", "ddp", "thirdparty",
+         "llm", "torchvision"]
+
+
+def check_budget(run, stop: int, units: str, *, loss: bool = True) -> None:
+    assert run.returncode == 0, run.stderr[-3000:]
+    rates = run.rates()
+    assert len(rates) == stop, (rates, run.stderr[-2000:])
+    assert all(r["units"] == units and r["rate"] > 0 for r in rates)
+    assert all(isinstance(r["time"], float) for r in rates)
+    stops = run.events("stop")
+    assert len(stops) == 1 and stops[0]["$data"]["observations"] == stop + 1
+    if loss:
+        losses = run.losses()
+        assert losses and all(0 < x < 50 for x in losses)
+
+
+@pytest.mark.parametrize("name", MAINS)
+def test_help_runs_without_orchestrator(name, python):
+    """`python main.py --help` works by hand (no milabench, no data channel needed)."""
+    result = run_with_pipe([python, "main.py", "--help"], bench_env(), BENCHMARKS / name, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout
+    assert result.records == []
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_flops_reports_tflops(dtype, python):
+    run = run_with_pipe(
+        [python, "main.py", "--dtype", dtype, "--size", "256", "--step-ms", "5", "--device", "cpu"],
+        bench_env(stop=4, skip=1), BENCHMARKS / "flops",
+    )
+    check_budget(run, 4, "Tflops", loss=False)
+    # 2*n^3 per matmul: even a slow CPU does more than 0.1 GFLOPS, none does 100 TFLOPS.
+    assert all(1e-4 < r["rate"] < 100 for r in run.rates())
+
+
+def test_convnet_trains_on_prepared_jpegs(tmp_path, python):
+    data = tmp_path / "jpeg"
+    prep = run_with_pipe(
+        [python, "prepare.py", "--data", str(data), "--classes", "3", "--images-per-class", "24",
+         "--image-size", "32"],
+        bench_env(), BENCHMARKS / "convnet",
+    )
+    assert prep.returncode == 0, prep.stderr
+    assert len(list(data.glob("*/*.jpeg"))) == 72 and (data / "done").exists()
+    again = run_with_pipe([python, "prepare.py", "--data", str(data), "--classes", "3",
+                           "--images-per-class", "24", "--image-size", "32"],
+                          bench_env(), BENCHMARKS / "convnet")
+    assert "already prepared" in again.stdout
+    run = run_with_pipe(
+        [python, "main.py", "--data", str(data), "--image-size", "32", "--batch-size", "8",
+         "--width", "8", "--num-workers", "2", "--device", "cpu"],
+        bench_env(stop=4, skip=1), BENCHMARKS / "convnet",
+    )
+    check_budget(run, 4, "items/s")
+    assert "jpeg data" in run.stdout and "2 workers" in run.stdout
+
+
+def test_convnet_noio(python):
+    run = run_with_pipe(
+        [python, "main.py", "--synthetic-data", "--image-size", "32", "--batch-size", "8",
+         "--width", "8", "--device", "cpu"],
+        bench_env(stop=3, skip=1), BENCHMARKS / "convnet",
+    )
+    check_budget(run, 3, "items/s")
+
+
+def test_transformer_lm_reports_tokens(python):
+    run = run_with_pipe(
+        [python, "main.py", "--batch-size", "2", "--seq-len", "32", "--dim", "64", "--layers", "1",
+         "--heads", "2", "--vocab", "512", "--device", "cpu"],
+        bench_env(stop=3, skip=1), BENCHMARKS / "transformer-lm",
+    )
+    check_budget(run, 3, "Tok/s")
+    # A random-token LM starts near log(vocab) = 6.2.
+    assert all(5.0 < x < 8.0 for x in run.losses())
+
+
+@pytest.mark.slow
+def test_bert_masked_lm(python):
+    pytest.importorskip("transformers")
+    run = run_with_pipe(
+        [python, "main.py", "--size", "tiny", "--batch-size", "2", "--seq-len", "16", "--device", "cpu"],
+        bench_env(stop=3, skip=1), BENCHMARKS / "bert",
+    )
+    check_budget(run, 3, "items/s")
+
+
+@pytest.mark.slow
+def test_llm_tiny_llama(python):
+    pytest.importorskip("transformers")
+    run = run_with_pipe(
+        [python, "main.py", "--size", "tiny", "--batch-size", "2", "--seq-len", "16",
+         "--precision", "fp32", "--device", "cpu"],
+        bench_env(stop=3, skip=1), BENCHMARKS / "llm",
+    )
+    check_budget(run, 3, "Tok/s")
+
+
+@pytest.mark.parametrize("op", ["matmul", "embedding", "reduce"])
+def test_opbench_latency_records(op, python):
+    run = run_with_pipe(
+        [python, "main.py", "--op", op, "--shapes", "small,skewed", "--case-ms", "0.3", "--device", "cpu"],
+        bench_env(stop=3, skip=1), BENCHMARKS / "opbench",
+    )
+    check_budget(run, 3, "calls/s", loss=False)
+    cases = [r for r in run.records if "latency_ms" in r]
+    variants = 2 if op == "reduce" else 1
+    skipped = 0
+    # shapes x dtypes (fp32, bf16) x modes (fwd, fwdbwd)
+    assert len(cases) == variants * 2 * 2 * 2 - skipped
+    for case in cases:
+        lat = case["latency_ms"]
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"]
+        assert case["units"] == "calls/s" and case["rate"] > 0 and case["calls"] > 0
+        assert case["task"].startswith(op + ".")
+    names = {c["task"] for c in cases}
+    assert f"{op}.skewed.bf16.fwdbwd" in names or f"{op}.sum.skewed.bf16.fwdbwd" in names
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_global_rate(python):
+    torchrun = shutil.which("torchrun", path=str(sys.executable).rsplit("/", 1)[0]) or shutil.which("torchrun")
+    assert torchrun, "torchrun comes with torch"
+    run = run_smuggled(
+        [torchrun, "--standalone", "--nproc-per-node=2", "main.py", "--device", "cpu",
+         "--backend", "gloo", "--batch-size", "16", "--hidden", "64", "--features", "32"],
+        bench_env(stop=3, skip=1), BENCHMARKS / "ddp",
+    )
+    check_budget(run, 3, "items/s")
+    assert "world size 2" in run.stdout and "backend gloo" in run.stdout
+    # Only rank 0 writes: exactly one stop event although two ranks ran.
+    assert len(run.events("stop")) == 1
+
+
+@pytest.mark.slow
+def test_thirdparty_measured_only_through_voirfile(python):
+    voir = shutil.which("voir", path=str(sys.executable).rsplit("/", 1)[0]) or shutil.which("voir")
+    assert voir, "voir is a dependency of milabench"
+    run = run_with_pipe(
+        [voir, "--stop", "3", "--skip", "1", "--gpu-poll", "0", "main.py", "--batch-size", "8",
+         "--num-samples", "64", "--device", "cpu"],
+        bench_env(stop=3, skip=1), BENCHMARKS / "thirdparty",
+    )
+    check_budget(run, 3, "items/s")
+    phases = [r["$data"]["name"] for r in run.events("phase")]
+    assert phases[:4] == ["init", "parse_args", "load_script", "run_script"]
+    # NLL of a 10-class model at random init is about log(10) = 2.3.
+    assert all(1.0 < x < 4.0 for x in run.losses())

@@ -1,0 +1,62 @@
+"""Constraint files per variant and their index directives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from milabench.envs.constraints import (
+    DEFAULT_DIR,
+    constraints_file,
+    entry_constraint_lines,
+    entry_pip_args,
+    index_directives,
+)
+from milabench.errors import ConfigError
+
+
+def test_repository_constraint_files():
+    cpu = (DEFAULT_DIR / "cpu.txt").read_text().splitlines()
+    assert "torch==2.13.0" in cpu
+    assert index_directives(DEFAULT_DIR / "cpu.txt") == []  # find-links / pip config
+    expected = {"cuda": "cu128", "rocm": "rocm6.4", "xpu": "xpu"}
+    for arch, suffix in expected.items():
+        args = index_directives(DEFAULT_DIR / f"{arch}.txt")
+        assert args == ["--extra-index-url", f"https://download.pytorch.org/whl/{suffix}"]
+        assert "torch==2.13.0" in (DEFAULT_DIR / f"{arch}.txt").read_text().splitlines()
+
+
+def test_directives_and_errors(tmp_path: Path):
+    good = tmp_path / "good.txt"
+    good.write_text(
+        "# milabench: --index-url https://a/simple\n#milabench:  --find-links "
+        "'/some dir'\n# an ordinary comment\nx==1\n"
+    )
+    assert index_directives(good) == [
+        "--index-url",
+        "https://a/simple",
+        "--find-links",
+        "/some dir",
+    ]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("x==1\n# milabench: --pre\n")
+    with pytest.raises(ConfigError, match=r"bad\.txt:2: bad directive"):
+        index_directives(bad)
+
+
+def test_constraints_file_choice(tmp_path: Path):
+    (tmp_path / "cpu.txt").write_text("")
+    assert constraints_file("cpu", "cpu", tmp_path) == tmp_path / "cpu.txt"
+    assert constraints_file("unpinned", "cpu", tmp_path) == tmp_path / "cpu.txt"
+    assert constraints_file("cuda", "cuda", tmp_path) is None
+
+
+def test_entry_pip_settings():
+    entries = [
+        {"pip": {"constraints": ["a<2", "b==1"], "args": ["--no-deps"]}},
+        {"pip": {"constraints": "a<2", "args": "--pre --no-cache"}},
+        {},
+    ]
+    assert entry_constraint_lines(entries) == ["a<2", "b==1"]
+    assert entry_pip_args(entries) == ["--no-deps", "--pre", "--no-cache"]

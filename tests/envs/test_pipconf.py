@@ -1,0 +1,88 @@
+"""Reading pip's sources like pip does, for uv."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from milabench.envs.pipconf import config_files, read_pip_settings
+
+
+def environ(tmp_path, **extra) -> dict[str, str]:
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+        "XDG_CONFIG_DIRS": str(tmp_path / "etcxdg"),
+    }
+    env.update(extra)
+    return env
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_files_then_variables_in_pips_order(tmp_path):
+    write(
+        tmp_path / "home" / ".pip" / "pip.conf",
+        "[global]\nindex-url = https://legacy.example/simple\nfind-links = /legacy\n",
+    )
+    write(
+        tmp_path / "xdg" / "pip" / "pip.conf",
+        "[global]\nfind-links = /wheels\n"
+        "extra-index-url = file:///opt/a/simple file:///opt/b/simple\n"
+        "[install]\nfind_links = /install-wheels /more\n",
+    )
+    env = environ(tmp_path, PIP_INDEX_URL="https://mirror.example/simple")
+    settings = read_pip_settings(env)
+    assert settings.index_url == "https://mirror.example/simple"  # variable beats files
+    assert settings.find_links == ["/install-wheels", "/more"]  # [install] beats [global]
+    assert settings.extra_index_urls == ["file:///opt/a/simple", "file:///opt/b/simple"]
+    assert settings.uv_args() == [
+        "--index-url",
+        "https://mirror.example/simple",
+        "--extra-index-url",
+        "file:///opt/a/simple",
+        "--extra-index-url",
+        "file:///opt/b/simple",
+        "--find-links",
+        "/install-wheels",
+        "--find-links",
+        "/more",
+    ]
+    assert "PIP_INDEX_URL" in settings.sources
+
+
+def test_pip_config_file_and_devnull(tmp_path):
+    write(tmp_path / "xdg" / "pip" / "pip.conf", "[global]\nfind-links = /user\n")
+    explicit = write(tmp_path / "explicit.conf", "[global]\nfind-links = /explicit\n")
+    assert read_pip_settings(environ(tmp_path, PIP_CONFIG_FILE=str(explicit))).find_links == [
+        "/explicit"
+    ]
+    off = read_pip_settings(
+        environ(tmp_path, PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="yes", PIP_FIND_LINKS="/a /b")
+    )
+    assert config_files(environ(tmp_path, PIP_CONFIG_FILE=os.devnull)) == []
+    assert off.no_index and off.find_links == ["/a", "/b"]
+    assert off.uv_args() == ["--no-index", "--find-links", "/a", "--find-links", "/b"]
+
+
+def test_agrees_with_pip_config_list_on_this_machine():
+    """Whatever this machine configures, we read the same find-links and indexes as pip."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+    )
+    listed: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        listed[key.split(".", 1)[-1]] = value.strip().strip("'")
+    ours = read_pip_settings()
+    if "find-links" in listed:
+        assert ours.find_links == listed["find-links"].split()
+    if "extra-index-url" in listed:
+        assert ours.extra_index_urls == listed["extra-index-url"].split()
+    if "index-url" in listed:
+        assert ours.index_url == listed["index-url"]
