@@ -97,7 +97,6 @@ class _NotSimple(Exception):
     """The document uses interpolation features that only OmegaConf implements."""
 
 
-_MISSING = object()
 _REF = re.compile(r"\$\{(\.*)([A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*)\}")
 _ANY_REF = re.compile(r"\$\{")
 

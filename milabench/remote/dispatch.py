@@ -7,6 +7,8 @@ so every remote node has exactly one SSH connection for the whole run.
 
 from __future__ import annotations
 
+import asyncio
+
 from milabench.execute.launcher import Launcher, LocalLauncher, ProcessHandle
 from milabench.remote.launcher import SSHLauncher
 from milabench.remote.nodes import runs_locally
@@ -22,9 +24,29 @@ class NodeLauncher(Launcher):
         return not runs_locally(spec.node, self.system)
 
     async def start(self, spec) -> ProcessHandle:
+        await self.check_group(spec)
         if self.is_remote(spec):
             return await self.ssh.start(spec)
         return await self.local.start(spec)
+
+    async def check_group(self, spec) -> None:
+        """For a multi-node benchmark, reach every remote node of it before starting a rank.
+
+        Otherwise the main rank would start, then wait in the rendezvous for a worker that
+        can never come until ``max_duration``; this way every rank fails at once, within
+        ``ssh.connect_timeout``, naming the node. Connections are reused, so this costs
+        one handshake per node per run.
+        """
+        entry = spec.entry or {}
+        try:
+            if int(entry.get("num_machines") or 1) <= 1:
+                return
+        except (TypeError, ValueError):
+            return
+        from milabench.remote.plans import select_nodes
+
+        nodes = [n for n in select_nodes(entry, self.system) if not runs_locally(n, self.system)]
+        await asyncio.gather(*(self.ssh.pool.connect(n) for n in nodes))
 
     async def close(self) -> None:
         """Close the SSH connections (call once at the end of the run)."""

@@ -26,7 +26,7 @@ from milabench.errors import NodeError
 from milabench.execute.cleanup import TOKEN_VAR
 from milabench.execute.launcher import Launcher, ProcessHandle
 from milabench.remote.docker import docker_wrap
-from milabench.remote.nodes import node_label, remembered_system
+from milabench.remote.nodes import node_label
 from milabench.remote.ssh import PGID_PREFIX, ConnectionPool, remote_command, shared_pool
 
 _EOF = None
@@ -245,7 +245,7 @@ class SSHLauncher(Launcher):
     """Starts specs whose ``node`` is remote; one `ConnectionPool` for the whole run."""
 
     def __init__(self, system: dict | None = None, pool: ConnectionPool | None = None) -> None:
-        self.system = system if system is not None else remembered_system()
+        self.system = system or {}
         self.pool = pool or shared_pool(self.system)
 
     def command_for(self, spec, token: str | None = None) -> str:

@@ -116,20 +116,3 @@ def runs_locally(node: dict | None, system: dict | None = None) -> bool:
 def remote_nodes(system: dict) -> list[dict]:
     """The nodes reached over SSH, in system order."""
     return [n for n in system.get("nodes") or [] if not runs_locally(n, system)]
-
-
-_last_system: dict | None = None
-
-
-def remember_system(system: dict) -> None:
-    """Record the system a multi-node plan was built for.
-
-    A launcher created without a system (``SSHLauncher()``) uses it for the key, the
-    known_hosts file and the timeouts. Callers that have the system should pass it.
-    """
-    global _last_system
-    _last_system = system
-
-
-def remembered_system() -> dict:
-    return _last_system or {}

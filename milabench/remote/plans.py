@@ -30,7 +30,6 @@ from milabench.remote.nodes import (
     DEFAULT_RDZV_PORT,
     get_option,
     main_node,
-    remember_system,
     runs_locally,
 )
 
@@ -97,7 +96,6 @@ class MultiNodeLauncher(Wrapper):
 
     def wrap(self, spec: ProcessSpec) -> list[ProcessSpec]:
         program, is_python = _program(list(spec.argv))
-        remember_system(self.system)
         out = []
         for rank, node in enumerate(self.nodes):
             # ``local`` says how the runner reaches the node (MILABENCH_FORCE_SSH included).

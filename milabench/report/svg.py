@@ -13,6 +13,7 @@ from html import escape
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 W, H = 640, 260
 ML, MR, MT, MB = 64, 120, 28, 36
+MAX_POINTS = 400
 
 
 def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
@@ -91,6 +92,9 @@ def line_chart(
         good = [(x, y) for x, y in s if math.isfinite(x) and math.isfinite(y)]
         if not good:
             continue
+        if len(good) > MAX_POINTS:  # keep pages small: the chart is MAX_POINTS px wide anyway
+            stride = math.ceil(len(good) / MAX_POINTS)
+            good = good[::stride] + ([good[-1]] if (len(good) - 1) % stride else [])
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in good)
         body.append(
             f'<polyline class="series" data-label="{escape(label)}" points="{coords}" '

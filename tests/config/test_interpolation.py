@@ -43,6 +43,13 @@ DOCUMENTS = [
         },
     },
     {"system": {"d": {"k": [1, 2]}}, "packs": {"a": {"copy": "${system.d}"}}},
+    {
+        "system": {},
+        "packs": {
+            "a": {"argv": {"--batch-size": 3}, "x": "${.argv.--batch-size}", "y": "${packs.a-b.z}"},
+            "a-b": {"z": 1},
+        },
+    },
 ]
 
 

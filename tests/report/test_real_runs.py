@@ -126,6 +126,10 @@ def test_planted_slowdown_is_a_regression(real_runs):
     proc = milabench("compare", str(real_runs["aa1"]), str(real_runs["slow"]), "--thresholds",
                      str(th), "--format", "json")  # fmt: skip
     assert json.loads(proc.stdout)["regressions"] == ["steady-jobs"]
+    # the same from the suite entries' `compare:` key
+    proc = milabench("compare", str(real_runs["aa1"]), str(real_runs["slow"]), "--config",
+                     str(SUITE), "--override", "steady-jobs.compare.relative=30%", "--format", "json")  # fmt: skip
+    assert json.loads(proc.stdout)["regressions"] == ["steady"], proc.stderr
 
 
 def test_store_import_is_idempotent_and_baseline_from_store(real_runs, tmp_path):

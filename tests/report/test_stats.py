@@ -111,3 +111,21 @@ def test_select_layers():
     assert select_layers(["all,-usage"]) == [x for x in ALL_LAYERS if x != "usage"]
     with pytest.raises(UsageError, match="unknown layer 'bogus'"):
         select_layers(["bogus"])
+
+
+def test_fast_bootstrap_medians_match_naive_resampling():
+    """The order-statistic shortcut has the same distribution as resample-and-sort."""
+    from milabench.report.significance import bootstrap_medians
+    from milabench.report.stats import median
+
+    values = [1.0, 2.0, 2.5, 4.0, 7.0, 7.5, 9.0, 10.0]  # even n
+    for vals in (values, values[:-1]):  # and odd n
+        rng = random.Random(5)
+        fast = bootstrap_medians(vals, 20000, rng)
+        naive = [median(rng.choices(vals, k=len(vals))) for _ in range(20000)]
+        for q in (0.05, 0.25, 0.5, 0.75, 0.95):
+            assert quantile(sorted(fast), q) == pytest.approx(quantile(sorted(naive), q), abs=0.51)
+        assert sum(fast) / len(fast) == pytest.approx(sum(naive) / len(naive), rel=0.02)
+        # every fast median is a value, or the mean of two values, of the sample
+        pairs = {(x + y) / 2 for x in vals for y in vals} | set(vals)
+        assert set(fast) <= pairs

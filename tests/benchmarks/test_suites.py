@@ -1,0 +1,148 @@
+"""The suites resolve, every benchmark folder follows the folder contract, the standard
+suite expands to the right processes on an 8-GPU CUDA machine (fake back-end), and the
+third-party script stays free of any milabench import."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import BENCHMARKS, ROOT
+
+CONFIG = ROOT / "config"
+
+
+def milabench(*args: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    for key in ("MILABENCH_CONFIG", "MILABENCH_SYSTEM", "MILABENCH_FAKE_GPUS", "MILABENCH_GPU_ARCH"):
+        full_env.pop(key, None)
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "milabench", *args], capture_output=True, text=True,
+        env=full_env, cwd=ROOT, timeout=120,
+    )
+
+
+def resolve(config: str, *extra: str, **env: str) -> dict:
+    out = milabench("resolve", "--config", str(CONFIG / config), "--format", "json", *extra, **env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def matrix(config: str, *extra: str, **env: str) -> dict:
+    out = milabench("matrix", "--config", str(CONFIG / config), "--format", "json", *extra, **env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+CPU_ENTRIES = {
+    "flops-fp32", "flops-bf16", "convnet", "convnet-noio", "transformer-lm", "bert", "ddp",
+    "thirdparty", *(f"opbench-{op}" for op in
+                    ["matmul", "conv2d", "softmax", "layernorm", "embedding", "reduce", "elementwise"]),
+}
+KNOWN_TAGS = {"monogpu", "multigpu", "multinode", "nobatch", "noio", "diagnostic"}
+
+
+def test_cpu_suite_resolves():
+    entries = resolve("cpu.yaml")
+    assert set(entries) == CPU_ENTRIES
+    for name, entry in entries.items():
+        assert entry["weight"] > 0, name
+        assert set(entry["tags"]) & KNOWN_TAGS, name
+        assert entry["install_group"] in {"torch", "hf"}, name
+        opts = entry["voir"]["options"]
+        assert opts["stop"] >= 20 and opts["skip"] >= 3, name
+    assert entries["ddp"]["plan"] == {"method": "torchrun", "nproc": 2}
+    assert entries["opbench-softmax"]["matrix"] == {"op": "softmax"}
+    assert {e["install_group"] for e in entries.values()} == {"torch", "hf"}
+
+
+def test_cpu_fast_shrinks_budgets():
+    full, fast = resolve("cpu.yaml"), resolve("cpu-fast.yaml")
+    assert set(fast) < set(full)  # fewer opbench entries
+    for name, entry in fast.items():
+        assert entry["voir"]["options"]["stop"] < full[name]["voir"]["options"]["stop"]
+        assert entry["max_duration"] <= 120
+
+
+def test_cpu_commands_resolve_placeholders():
+    entries = matrix("cpu.yaml", MILABENCH_GPU_ARCH="cpu")
+    ddp = entries["ddp"]["command"]
+    assert "--nproc-per-node=2" in ddp and ddp[ddp.index("--backend") + 1] == "gloo"
+    thirdparty = entries["thirdparty"]["command"]
+    assert os.path.basename(thirdparty[0]) == "voir" and "--stop" in thirdparty
+    flops = entries["flops-fp32"]["command"]
+    assert flops[flops.index("--device") + 1] == "cpu"
+    assert not any("{" in arg for e in entries.values() for arg in e["command"])
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in BENCHMARKS.iterdir() if p.is_dir()))
+def test_folder_contract(folder):
+    path = BENCHMARKS / folder
+    for name in ("main.py", "requirements.in", "requirements.cpu.txt", "requirements.cuda.txt"):
+        assert (path / name).is_file(), f"{folder}/{name}"
+    cpu = (path / "requirements.cpu.txt").read_text()
+    cuda = (path / "requirements.cuda.txt").read_text()
+    assert "\ntorch==2.13.0+cpu\n" in cpu
+    assert "\ntorch==2.13.0\n" in cuda and "nvidia-ml-py==" in cuda
+    pins = [line for line in cpu.splitlines() if line and not line.startswith((" ", "#"))]
+    assert all("==" in line for line in pins), pins
+
+
+def test_thirdparty_has_no_milabench_import():
+    source = (BENCHMARKS / "thirdparty" / "main.py").read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert imported.isdisjoint({"milabench", "benchkit", "voir", "ptera"}), imported
+    assert "milabench" not in source and "benchkit" not in source
+    voirfile = (BENCHMARKS / "thirdparty" / "voirfile.py").read_text()
+    assert "benchkit.instruments" in voirfile
+
+
+PER_GPU = {
+    "resnet50", "resnet50-noio", "convnext_large-fp32", "convnext_large-fp16",
+    "convnext_large-tf32", "convnext_large-tf32-fp16", "bert-fp32", "bert-fp16", "bert-tf32",
+    "llama-train", "fp16", "bf16", "tf32", "fp32",
+}
+
+
+def test_standard_suite_on_eight_fake_gpus():
+    entries = matrix("standard.yaml", MILABENCH_FAKE_GPUS="cuda:8:81920")
+    assert PER_GPU | {"llama-train-gpus", "llama-train-nodes", "ddp-gpus", "ddp-nodes"} == set(entries)
+    for name in PER_GPU:
+        procs = entries[name]["processes"]
+        assert [p["tag"] for p in procs] == [f"{name}.D{i}" for i in range(8)], name
+        assert [p["env"]["CUDA_VISIBLE_DEVICES"] for p in procs] == [str(i) for i in range(8)]
+        command = procs[0]["command"]
+        assert command[command.index("--device") + 1] == "cuda"
+        assert "monogpu" in entries[name]["tags"]
+    for name in ("ddp-gpus", "llama-train-gpus"):
+        command = entries[name]["command"]
+        assert os.path.basename(command[0]) == "torchrun"
+        assert "--nproc-per-node=8" in command and "--standalone" in command
+        assert command[command.index("--backend") + 1] == "nccl"
+        assert "multigpu" in entries[name]["tags"] and "monogpu" not in entries[name]["tags"]
+    for name in ("ddp-nodes", "llama-train-nodes"):
+        assert entries[name]["num_machines"] == 2
+        assert entries[name]["requires_capabilities"] == ["len(nodes) >= 2"]
+        assert entries[name].get("skipped")  # one node here: skipped with its reason
+    # upstream precision variants map to the benchmark's --precision
+    assert entries["convnext_large-tf32-fp16"]["processes"][0]["command"][-1] == "tf32-fp16"
+    noio = entries["resnet50-noio"]["processes"][0]["command"]
+    assert "--synthetic-data" in noio and "--num-workers" not in noio
+
+
+def test_standard_weights_and_groups():
+    entries = resolve("standard.yaml", MILABENCH_FAKE_GPUS="cuda:8:81920")
+    assert sum(e["weight"] for e in entries.values()) > 0
+    assert {e["install_group"] for e in entries.values()} == {"torch", "hf"}
+    assert entries["convnext_large-tf32-fp16"]["install_variant"] == "cuda"
