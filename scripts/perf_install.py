@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 def milabench(args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "milabench", *args], capture_output=True,
-                          text=True, cwd=REPO)
+                          text=True, cwd=REPO, timeout=1800)
     return time.perf_counter() - start, proc
 
 

@@ -32,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     results, logs = prepare_all(suite.entries, suite.system, suite.base / "runs", echo=args.verbose)
     print(summary_table(results))
+    data_dirs = sorted({str((e.get("dirs") or {}).get("data")) for e in suite.entries.values()})
+    print(f"data: {', '.join(d for d in data_dirs if d != 'None')}")
     if logs is not None:
         print(f"logs: {logs}")
     failed = [r.name for r in results if r.failed]

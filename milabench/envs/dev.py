@@ -43,9 +43,9 @@ def dev_environment(entry: dict, system: dict) -> tuple[dict[str, str], Path]:
             f"'milabench install --select {entry['name']}' first (or use --use-current-env)"
         )
     if not pack.use_current_env:
-        from milabench.envs.marker import MARKER_NAME
+        from milabench.envs import is_installed
 
-        if not (Path(pack.venv) / MARKER_NAME).exists():
+        if not is_installed(pack.venv):
             print(
                 f"milabench dev: warning: {pack.venv} is not marked installed (its last "
                 "install failed or did not finish)",

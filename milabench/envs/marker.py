@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+from milabench.envs import MARKER_NAME
 from milabench.envs.groups import InstallGroup
 
-MARKER_NAME = "milabench-install.json"
 FORMAT = 1  # bump when the install procedure changes what an environment contains
 BENCHKIT_DIR = Path(__file__).resolve().parents[2] / "benchkit"
 

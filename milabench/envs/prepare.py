@@ -86,6 +86,7 @@ def prepare_all(
 
 
 def summary_table(results: list[PrepareResult]) -> str:
+    """One line per benchmark: status, seconds and the last line its step printed."""
     rows = [("benchmark", "status", "time", "")]
     rows += [(r.name, r.status, f"{r.seconds:.1f} s", r.message) for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]

@@ -64,9 +64,11 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         self.exited: asyncio.Future[int] = loop.create_future()
 
     def process_exited(self) -> None:
-        super().process_exited()
-        if not self.exited.done() and self._transport is not None:
-            self.exited.set_result(self._transport.get_returncode())
+        transport = self._transport
+        code = transport.get_returncode() if transport is not None else None
+        if not self.exited.done():
+            self.exited.set_result(code if code is not None else -1)
+        super().process_exited()  # may close the transport (and forget it)
 
 
 class LocalHandle(ProcessHandle):
@@ -120,7 +122,10 @@ class LocalHandle(ProcessHandle):
                 except ProcessLookupError:
                     pass
             await self.tracker.wait_gone(leftovers, 2.0)
-        await self.wait()
+        try:
+            await asyncio.wait_for(self.wait(), 5.0)
+        except TimeoutError:  # SIGKILLed yet not reaped: never block the suite on it
+            pass
         self._finish_watch()
 
     async def cleanup(self) -> None:

@@ -193,3 +193,15 @@ def force_ssh(monkeypatch):
 
 
 PYTHON = sys.executable
+
+
+@pytest.fixture
+def tarpit():
+    """A node that accepts TCP but never speaks SSH (a hung machine): (ip, port)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.4", 0))
+    sock.listen(16)
+    try:
+        yield sock.getsockname()
+    finally:
+        sock.close()

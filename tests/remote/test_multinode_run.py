@@ -69,6 +69,21 @@ def _wait_none(marker: str, timeout: float) -> list[psutil.Process]:
     return left
 
 
+def _run(cmd, marker: str, port: int, timeout: float) -> subprocess.CompletedProcess:
+    """Run a milabench command; if it hangs, kill it and whatever it started, then fail."""
+    try:
+        return subprocess.run(
+            cmd, env=_env(marker, port), capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        for p in _marked(marker):
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        raise
+
+
 def _run_cmd(ssh_cluster, tmp_path, marker, select, run_name):
     system = ssh_cluster.system_yaml(tmp_path / "system.yaml")
     return [
@@ -95,9 +110,7 @@ def _run_cmd(ssh_cluster, tmp_path, marker, select, run_name):
 def test_two_node_run_completes(ssh_cluster, tmp_path):
     marker = f"mb{uuid.uuid4().hex[:10]}"
     cmd = _run_cmd(ssh_cluster, tmp_path, marker, "tinyddp-nodes", "two")
-    proc = subprocess.run(
-        cmd, env=_env(marker, _free_port()), capture_output=True, text=True, timeout=240
-    )
+    proc = _run(cmd, marker, _free_port(), timeout=240)
     run_dir = tmp_path / "base" / "runs" / "two"
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     main_data = run_dir / "tinyddp-nodes.0.node0.data"
@@ -207,11 +220,12 @@ def test_preflight_fails_naming_unreachable_node(ssh_cluster, tmp_path):
     print(proc.stdout, proc.stderr)
 
 
-def test_run_fails_fast_naming_unreachable_worker(ssh_cluster, tmp_path):
+def test_run_fails_fast_naming_unreachable_worker(ssh_cluster, tmp_path, tarpit):
     import yaml
 
     doc = {"system": ssh_cluster.system()}
-    doc["system"]["nodes"][1] = {"name": "dark", "ip": "192.0.2.1", "port": 22, "user": "root"}
+    ip, port = tarpit
+    doc["system"]["nodes"][1] = {"name": "dark", "ip": ip, "port": port, "user": "root"}
     doc["system"]["options"]["ssh"]["connect_timeout"] = 3
     path = tmp_path / "dark.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -219,14 +233,13 @@ def test_run_fails_fast_naming_unreachable_worker(ssh_cluster, tmp_path):
     cmd = _run_cmd(ssh_cluster, tmp_path, marker, "tinyddp-nodes", "dark")
     cmd[cmd.index("--system") + 1] = str(path)
     t0 = time.monotonic()
-    proc = subprocess.run(
-        cmd, env=_env(marker, _free_port()), capture_output=True, text=True, timeout=120
-    )
+    proc = _run(cmd, marker, _free_port(), timeout=120)
     elapsed = time.monotonic() - t0
     assert proc.returncode != 0
     run_dir = tmp_path / "base" / "runs" / "dark"
     text = " ".join(p.read_text() for p in run_dir.glob("*.data"))
     assert "dark" in text, text[-2000:]
-    assert elapsed < 15 + 10, elapsed  # connect bound + the main rank's own shutdown
+    assert elapsed < 15, elapsed
+    assert "no answer within 3 s" in text
     assert _wait_none(marker, 10) == []
     assert json  # keep the import used for debugging output

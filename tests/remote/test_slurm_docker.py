@@ -115,3 +115,20 @@ def test_ssh_launcher_wraps_remote_command_in_docker():
     assert ["-v", "/base:/base"] == docker[9:11]
     assert "SECRET_TOKEN=it's" in docker and "X=$y" in docker and "DATA_FD=1" in docker
     assert docker[-4:] == ["img:tag", "/base/venv/torch/bin/torchrun", "--nnodes=2", "main.py"]
+
+
+def test_dockerfiles_and_sbatch_are_plausible():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for arch in ("cuda", "rocm", "cpu"):
+        text = (root / "docker" / f"Dockerfile-{arch}").read_text()
+        assert text.count("\nFROM ") == 1
+        assert "MILABENCH_BASE=" in text and "MILABENCH_CONFIG=" in text
+        assert "milabench install" in text and f"MILABENCH_GPU_ARCH={arch}" in text
+    script = root / "scripts" / "slurm" / "milabench.sbatch"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    missing = subprocess.run(
+        ["bash", str(script)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and "SLURM_JOB_NODELIST" in missing.stderr
