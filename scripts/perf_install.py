@@ -4,11 +4,10 @@ Usage::
 
     python scripts/perf_install.py [--config config/cpu.yaml] [--select torch] [--keep]
 
-Both back-ends install the same selection into their own temporary base, in one run:
-a first, untimed install warms each back-end's package cache, then ``milabench install
---force`` (a fresh environment) is timed end to end for each back-end (the whole
-command: suite loading, environment creation, installation, benchkit copy, validation
-imports). The per-step times come from the install logs (``runs/install.*/<group>.data``
+Both back-ends install the same selection, in one run: a first install into a scratch
+base warms each back-end's package cache; then, timed end to end (the whole command:
+suite loading, environment creation, installation, benchkit copy, validation imports),
+an install into a fresh base and a ``--force`` reinstall of it. The per-step times come from the install logs (``runs/install.*/<group>.data``
 start/end events). Prints both totals and their ratio; the figures are quoted in
 docs/environments.md.
 """
@@ -30,8 +29,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def milabench(args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "milabench", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-m", "milabench", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=1800,
+    )
     return time.perf_counter() - start, proc
 
 
@@ -63,34 +67,52 @@ def main() -> int:
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="perf_install."))
-    results: dict[str, tuple[float, dict[str, float]]] = {}
+    results: dict[str, dict[str, float]] = {}
     try:
         for backend in ("uv", "pip"):
-            base = root / backend
-            common = ["install", "--config", args.config, "--base", str(base),
-                      "--select", args.select, "--backend", backend]
-            if not args.no_warmup:
-                seconds, proc = milabench(common)
-                print(f"{backend}: warm-up install {seconds:.1f} s (rc {proc.returncode})",
-                      flush=True)
-            seconds, proc = milabench([*common, "--force"])
-            if proc.returncode != 0:
-                print(proc.stdout + proc.stderr, file=sys.stderr)
-                return 1
-            results[backend] = (seconds, step_times(base))
-            steps = ", ".join(f"{k} {v:.1f} s" for k, v in results[backend][1].items())
-            print(f"{backend}: forced install {seconds:.1f} s ({steps})", flush=True)
+            results[backend] = {}
+            for label, base, extra in (
+                ("warm-up", root / f"{backend}-warm", []),
+                ("fresh", root / backend, []),
+                ("force", root / backend, ["--force"]),
+            ):
+                if label == "warm-up" and args.no_warmup:
+                    continue
+                seconds, proc = milabench(
+                    [
+                        "install",
+                        "--config",
+                        args.config,
+                        "--base",
+                        str(base),
+                        "--select",
+                        args.select,
+                        "--backend",
+                        backend,
+                        *extra,
+                    ]
+                )
+                if proc.returncode != 0:
+                    print(proc.stdout + proc.stderr, file=sys.stderr)
+                    return 1
+                results[backend][label] = seconds
+                steps = ", ".join(f"{k} {v:.1f} s" for k, v in step_times(base).items())
+                print(f"{backend:3s} {label:8s} {seconds:6.1f} s  ({steps})", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
         else:
             print(f"bases kept in {root}")
-    uv, pip = results["uv"][0], results["pip"][0]
-    print(f"\nselection {args.select!r} of {os.path.relpath(args.config, REPO)}, "
-          f"warm caches, {os.cpu_count()} CPUs")
-    print(f"uv               {uv:7.1f} s")
-    print(f"virtualenv + pip {pip:7.1f} s")
-    print(f"ratio pip/uv     {pip / uv:7.2f}x")
+    print(f"\nselection {args.select!r} of {args.config}, warm caches, {os.cpu_count()} CPUs")
+    print(f"{'':18s} {'fresh base':>10s} {'--force':>10s}")
+    for backend, name in (("uv", "uv"), ("pip", "virtualenv + pip")):
+        r = results[backend]
+        print(f"{name:18s} {r['fresh']:8.1f} s {r['force']:8.1f} s")
+    uv, pip = results["uv"], results["pip"]
+    print(
+        f"{'ratio pip/uv':18s} {pip['fresh'] / uv['fresh']:8.2f} x "
+        f"{pip['force'] / uv['force']:8.2f} x"
+    )
     return 0
 
 

@@ -14,9 +14,11 @@ it explicitly.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,25 +111,57 @@ def _same_interpreter(venv: Path) -> bool:
     return False
 
 
-def _remove_venv(venv: Path) -> None:
-    """Delete an environment; refuse to delete a folder that is not one."""
-    if not venv.exists():
-        return
-    if not _is_venv(venv) and any(venv.iterdir()):
-        raise EnvironmentMissing(
-            f"{venv}: exists but is not a virtual environment; move it away or choose "
-            "another --base"
-        )
-    shutil.rmtree(venv)
+class Trash:
+    """Deletes replaced environments in a background thread.
+
+    Removing a torch environment (~18,000 files) takes seconds of I/O; a ``--force``
+    install renames the old one aside instantly and deletes it while the new one is
+    created and installed (mostly CPU work). `wait` is called before the command ends,
+    so nothing outlives it; a folder left by an interrupted command is removed by the
+    next ``--force`` of that group.
+    """
+
+    def __init__(self) -> None:
+        self._threads: list[threading.Thread] = []
+
+    def discard(self, venv: Path) -> None:
+        """Move ``venv`` (and older leftovers) aside and delete them in the background."""
+        doomed = sorted(venv.parent.glob(f"{venv.name}.trash-*"))
+        if venv.exists():
+            if not _is_venv(venv) and any(venv.iterdir()):
+                raise EnvironmentMissing(
+                    f"{venv}: exists but is not a virtual environment; move it away or "
+                    "choose another --base"
+                )
+            aside = venv.with_name(f"{venv.name}.trash-{os.getpid()}-{time.time_ns()}")
+            venv.rename(aside)
+            doomed.append(aside)
+        for path in doomed:
+            thread = threading.Thread(
+                target=shutil.rmtree, args=(path,), kwargs={"ignore_errors": True}, daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def wait(self) -> None:
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+
+
+_DISAGREE = re.compile(r"you require (\S+?)==\S+ and \1==")
 
 
 def _fail(group: InstallGroup, start: float, step: str, result: StepResult) -> GroupResult:
+    message = f"{step}: {result.error}"
+    if len(group.requirements) > 1 and _DISAGREE.search(result.error):
+        message += " (hint: the group's files disagree; 'milabench pin' compiles them together)"
     return GroupResult(
         group.name,
         group.benchmarks,
         FAILED,
         time.perf_counter() - start,
-        f"{step}: {result.error}",
+        message,
         str(group.venv),
         group.notes,
     )
@@ -154,6 +188,7 @@ def install_group(
     force: bool = False,
     echo: bool = False,
     say=print,
+    trash: Trash | None = None,
 ) -> GroupResult:
     """Install one group (see module docstring); never raises for a pip failure."""
     start = time.perf_counter()
@@ -176,7 +211,14 @@ def install_group(
         f"({backend.name}{why})"
     )
     if recreate:
-        _remove_venv(group.venv)
+        if trash is None:
+            trash = Trash()
+            try:
+                trash.discard(group.venv)
+            finally:
+                trash.wait()
+        else:
+            trash.discard(group.venv)
         group.venv.parent.mkdir(parents=True, exist_ok=True)
         result = run_step(backend.create_spec(group, logs.path), logs.sinks(), echo=echo)
         if not result.ok:
@@ -242,6 +284,7 @@ def install_all(
 
     chosen = Backend(backend or backend_name(system), system)
     logs = LogFolder(runs, "install")
+    trash = Trash()
     results: list[GroupResult] = []
     try:
         for group in groups:
@@ -250,10 +293,13 @@ def install_all(
                     group, chosen, logs, into_current_env=into_current_env, echo=echo, say=say
                 )
             else:
-                res = install_group(group, chosen, logs, force=force, echo=echo, say=say)
+                res = install_group(
+                    group, chosen, logs, force=force, echo=echo, say=say, trash=trash
+                )
             results.append(res)
     finally:
         logs.close()
+        trash.wait()
     return results, (logs.path if logs.used else None)
 
 

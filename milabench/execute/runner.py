@@ -263,7 +263,8 @@ async def run_one(
                 emit("message", {"message": "early stop: terminating the remaining processes"})
                 interrupted = stop_event is not None and stop_event.is_set()
                 await handle.stop(min(grace, interrupt_grace) if interrupted else grace)
-                return_code, stopped_by_us = waiter.result(), True
+                return_code = waiter.result() if waiter.done() else -9
+                stopped_by_us = True
         else:
             emit(
                 "message", {"message": f"timeout: still running after {spec.timeout:g} s, stopped"}

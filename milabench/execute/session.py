@@ -3,7 +3,7 @@
 Kept out of the command module so that it can be driven from tests and scripts. Ctrl-C
 (SIGINT) and SIGTERM set a stop event: running benchmarks are stopped (same path as a
 timeout, with a short grace) and recorded as INTERRUPTED, the partial report is printed
-and the exit code is 130.
+and the exit code is 130 (143 for SIGTERM).
 """
 
 from __future__ import annotations
@@ -35,20 +35,20 @@ def _option(system: dict, name: str, default: float) -> float:
 
 async def _run(
     suite, run_dir: Path, sinks: list, *, repeat: int, resume: bool
-) -> tuple[list[BenchmarkResult], bool]:
+) -> tuple[list[BenchmarkResult], int]:
     loop = asyncio.get_running_loop()
     stop_event = asyncio.Event()
-    interrupted = False
+    interrupted = 0  # the signal number that stopped the run
 
-    def on_signal() -> None:
+    def on_signal(signum: int) -> None:
         nonlocal interrupted
-        interrupted = True
+        interrupted = interrupted or signum
         stop_event.set()
 
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, on_signal, int(sig))
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
             pass
@@ -133,5 +133,5 @@ def run_session(
     out.flush()
     if interrupted:
         print("milabench: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED if interrupted == signal.SIGINT else 128 + interrupted
     return code

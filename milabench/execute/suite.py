@@ -192,7 +192,7 @@ async def run_benchmark(
     name = str(entry.get("name"))
     reason = unmet_requirement(entry, system)
     if reason:
-        record_skip(sinks, tag, entry, f"skipped: {reason}")
+        record_skip(sinks, tag, entry, reason)
         return BenchmarkResult(name, tag, "skipped", reason=reason)
     try:
         check_environment(entry)

@@ -62,7 +62,13 @@ def run_arm(arm: Arm, run_name: str, select: list[str] | None = None, log=None) 
     failures show up in the comparison)."""
     env = {**os.environ, **arm.env}
     started = time.monotonic()
-    proc = subprocess.run(arm.command(run_name, select), env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        arm.command(run_name, select),
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     run_dir = arm.base / "runs" / run_name
     if log:
         log(

@@ -81,6 +81,7 @@ class BenchResult:
     mean_power: float | None = None  # watts
     perf_per_watt: float | None = None
     reason: str | None = None
+    phase: str = "run"
 
     @property
     def perf(self) -> float:
@@ -147,6 +148,8 @@ def _accelerator_stats(br: BenchResult, files: list[FileResult], per_gpu: bool) 
 def aggregate_benchmark(br: BenchResult) -> BenchResult:
     """Fill the statistics of `br` from `br.files` (see the module docstring)."""
     files = br.files
+    if files and all(fr.phase != "run" for fr in files):
+        br.phase = files[0].phase
     groups_with_rates = {fr.group_key for fr in files if fr.rates}
     active = []
     for fr in files:
@@ -187,6 +190,8 @@ def missing_reason(br: BenchResult) -> str | None:
     """Why a benchmark has no value (None when it has one)."""
     if br.summary is not None:
         return None
+    if br.phase != "run":
+        return f"{br.phase} log"
     if not br.files:
         return "not run" if br.enabled else "disabled"
     statuses = set(br.statuses.values())
@@ -216,6 +221,7 @@ class SuiteScore:
 
 def suite_score(benches: list[BenchResult], *, max_failure_rate: float = 0.01) -> SuiteScore:
     """Weighted geometric mean with +1 smoothing, failure rate and the PASS/FAIL verdict."""
+    benches = [br for br in benches if br.phase == "run"]
     num = den = 0.0
     for br in benches:
         w = br.effective_weight

@@ -126,7 +126,7 @@ def render_html(report: Report) -> str:
     h.append("<h2>Benchmarks</h2>")
     for br in report.benchmarks:
         files = [fr for fr in br.files if br.statuses.get(fr.tag) != "skipped"]
-        if not files:
+        if not files or br.phase != "run":
             continue
         t0 = _t0(files)
         load, mem, source = _usage_series(files, t0)

@@ -29,6 +29,8 @@ def breakdown_rows(report: Report) -> list[dict[str, Any]]:
     """One JSON-able dict per benchmark (the JSON `benchmarks` list)."""
     rows = []
     for br in report.benchmarks:
+        if br.phase != "run":
+            continue
         s = br.summary
         row: dict[str, Any] = {
             "name": br.name,

@@ -22,6 +22,9 @@ _DEVICE = re.compile(r"^D(\d+)$")
 _JOB = re.compile(r"^\d+$")
 
 SKIPPED = "SKIPPED"
+# `runs/install.<time>/` and `runs/prepare.<time>/` hold logs of those commands: only the
+# `error` layer applies to them (no rates, not part of the score).
+LOG_PHASES = ("install", "prepare")
 
 
 @dataclass
@@ -55,6 +58,7 @@ class FileResult:
     device: str | None = None  # "0" for D0
     job: str | None = None
     node: str | None = None
+    phase: str = "run"  # "install" / "prepare" for the log folders of those commands
 
     @property
     def skipped(self) -> bool:
@@ -111,15 +115,19 @@ def split_tag(tag: str, name: str | None) -> tuple[str, dict[str, Any]]:
             i -= 1
         name, rest = ".".join(parts[:i]), parts[i:]
     info: dict[str, Any] = {"repeat": None, "device": None, "job": None, "node": None}
-    for part in rest:
+    for i, part in enumerate(rest):
+        if info["job"] is not None:  # `<name>.0.<node>`: the node name may contain dots
+            info["node"] = ".".join(rest[i:])
+            break
         if m := _REPEAT.match(part):
             info["repeat"] = int(m.group(1))
         elif m := _DEVICE.match(part):
             info["device"] = m.group(1)
-        elif _JOB.match(part) and info["job"] is None:
+        elif _JOB.match(part):
             info["job"] = part
         else:
-            info["node"] = part
+            info["node"] = ".".join(rest[i:])
+            break
     return name, info
 
 
@@ -207,4 +215,9 @@ def read_run_dir(run_dir: Path) -> list[FileResult]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run folder")
-    return [read_file(p) for p in sorted(run_dir.glob("*.data"))]
+    phase = run_dir.name.split(".", 1)[0]
+    files = [read_file(p) for p in sorted(run_dir.glob("*.data"))]
+    if phase in LOG_PHASES:
+        for fr in files:
+            fr.phase = phase
+    return files

@@ -210,6 +210,8 @@ class Store:
         meta = next((fr.meta for fr in files if fr.meta), None)
         results, samples = [], []
         for br in report.benchmarks:
+            if br.phase != "run":
+                continue
             s = br.summary
             results.append({
                 "run_id": run_id, "bench": br.name, "machine": machine, "started": started,

@@ -102,9 +102,14 @@ def layer_error(benches: list[BenchResult]) -> LayerResult:
     return res
 
 
+def _run_phase(benches: list[BenchResult]) -> list[BenchResult]:
+    """Benchmarks of run folders (install/prepare logs are for the `error` layer only)."""
+    return [br for br in benches if br.phase == "run"]
+
+
 def layer_ensure_rate(benches: list[BenchResult]) -> LayerResult:
     res = LayerResult("ensure_rate")
-    for br in benches:
+    for br in _run_phase(benches):
         by_group: dict[str, list] = defaultdict(list)
         for fr in _active(br):
             by_group[fr.group_key].append(fr)
@@ -117,7 +122,7 @@ def layer_ensure_rate(benches: list[BenchResult]) -> LayerResult:
 
 def layer_version(benches: list[BenchResult]) -> LayerResult:
     res = LayerResult("version")
-    for br in benches:
+    for br in _run_phase(benches):
         missing = [fr.tag for fr in _active(br) if not fr.meta]
         if missing:
             res.failures.append(
@@ -128,7 +133,7 @@ def layer_version(benches: list[BenchResult]) -> LayerResult:
 
 def layer_loss(benches: list[BenchResult]) -> LayerResult:
     res = LayerResult("loss")
-    for br in benches:
+    for br in _run_phase(benches):
         for fr in _active(br):
             if fr.nan_loss:
                 res.failures.append(f"{br.name}: NaN loss in {fr.tag}")
@@ -152,7 +157,7 @@ def _threshold(entry: dict, key: str, default: float) -> float:
 
 def layer_usage(benches: list[BenchResult]) -> LayerResult:
     res = LayerResult("usage")
-    for br in benches:
+    for br in _run_phase(benches):
         active = [fr for fr in _active(br) if br.statuses[fr.tag] == SUCCESS]
         if not active:
             continue
@@ -193,26 +198,32 @@ def expected_processes(br: BenchResult) -> int | None:
     entry = active[0].config or {}
     plan = entry.get("plan") or {}
     method = plan.get("method") if isinstance(plan, dict) else None
+    machines = entry.get("num_machines")
+    machines = int(machines) if isinstance(machines, int) and machines > 0 else 1
+    per_node = any(fr.node is not None for fr in active)  # one file per node and launch
     if method == "per_gpu":
         meta = active[0].meta or {}
         gpus = ((meta.get("accelerators") or {}).get("gpus")) or {}
-        return max(1, len(gpus))
-    if method == "njobs":
+        base = max(1, len(gpus))
+    elif method == "njobs":
         n = plan.get("n")
-        return int(n) if isinstance(n, int) else None
-    machines = entry.get("num_machines")
-    return int(machines) if isinstance(machines, int) and machines > 0 else 1
+        if not isinstance(n, int):
+            return None
+        base = n
+    else:
+        return machines  # one launcher per node (torchrun, accelerate, ...)
+    return base * machines if per_node else base
 
 
 def layer_planning(benches: list[BenchResult]) -> LayerResult:
     res = LayerResult("planning")
-    for br in benches:
+    for br in _run_phase(benches):
         expected = expected_processes(br)
         if expected is None:
             continue
         per_repeat: dict[int | None, int] = defaultdict(int)
         for fr in _active(br):
-            if fr.n_data:
+            if fr.n_data or fr.start_time is not None:  # the process started
                 per_repeat[fr.repeat] += 1
         repeats = {fr.repeat for fr in _active(br)}
         for rep in sorted(repeats, key=lambda r: -1 if r is None else r):
@@ -220,7 +231,7 @@ def layer_planning(benches: list[BenchResult]) -> LayerResult:
             if got != expected:
                 where = f" (repeat {rep})" if rep is not None else ""
                 res.failures.append(
-                    f"{br.name}{where}: {got} process(es) reported, the plan has {expected}"
+                    f"{br.name}{where}: {got} process(es) started, the plan has {expected}"
                 )
     return res
 

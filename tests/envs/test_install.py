@@ -181,3 +181,15 @@ def test_pip_backend(mb):
     # the back-end is not an input: the uv path now finds the group up to date
     proc = mb("install", "--select", "alpha")
     assert "up to date" in summary_row(proc.stdout, "alpha")
+
+
+def test_disagreeing_pins_suggest_pin(mb):
+    mb.config = mb.config.parent / "extra.yaml"
+    proc = mb("install", "--select", "clash")
+    assert proc.returncode == 1
+    row = summary_row(proc.stdout, "clash")
+    assert "mbdep==" in row and "'milabench pin' compiles them together" in row
+    proc = mb("pin", "--select", "clash")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = mb("install", "--select", "clash")
+    assert proc.returncode == 0, proc.stdout + proc.stderr

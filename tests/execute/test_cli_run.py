@@ -232,3 +232,71 @@ def test_matrix_and_machine(tmp_path):
     assert meta["milabench"]["version"]
     assert meta["torch"]["version"].startswith("2.13")
     assert "hf_secret" not in machine.stdout
+
+
+@pytest.mark.slow
+def test_fault_suite_through_the_command_line(tmp_path, mark):
+    """Issue 4's fault suite, run as a user would; the option run.grace from the env."""
+    env = dict(os.environ, MILABENCH_RUN_GRACE="1")
+    t0 = time.monotonic()
+    proc = milabench(
+        "run",
+        "--select",
+        "raises,hangs,sigkill,garbage,nanloss,healthy,earlystop,needs-nodes",
+        "--run-name",
+        "faults",
+        base=tmp_path,
+        mark=mark,
+        env=env,
+        check=1,
+    )
+    took = time.monotonic() - t0
+    run = tmp_path / "runs" / "faults"
+    codes = {}
+    for path in sorted(run.glob("*.data")):
+        events = data_events(path)  # every line strict JSON
+        assert events[0]["event"] == "config" and events[-1]["event"] == "end"
+        codes[path.name[: -len(".data")]] = events[-1]["data"]["return_code"]
+    assert codes == {
+        "raises.D0": 1,
+        "hangs.D0": "TIMEOUT",
+        "sigkill.D0": -9,
+        "garbage.D0": 0,
+        "nanloss.D0": 0,
+        "healthy.D0": 0,
+        "earlystop.D0": -15,
+        "needs-nodes": "SKIPPED",
+    }
+    for name in ("raises", "hangs", "sigkill", "nanloss", "healthy", "needs-nodes"):
+        assert name in proc.stdout  # the report names every benchmark
+    assert "Traceback" not in proc.stderr
+    assert wait_no_marked(mark, timeout=0.5) == []
+    assert took < 30  # hangs: 2 s + 1 s grace, not 5 s
+
+
+def test_gap_between_benchmarks_is_small(tmp_path):
+    milabench("run", "--select", "noop", "--repeat", "4", "--run-name", "gap", base=tmp_path)
+    run = tmp_path / "runs" / "gap"
+    spans = []
+    for k in range(1, 5):
+        events = data_events(run / f"noop.R{k}.D0.data")
+        start = next(e for e in events if e["event"] == "start")["data"]["time"]
+        spans.append((start, events[-1]["data"]["time"]))
+    gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:], strict=False)]
+    assert all(0 <= g < 0.5 for g in gaps), gaps
+
+
+def test_per_gpu_processes_run_concurrently(tmp_path):
+    """Two (fake) GPUs: two processes, each restricted to its device, both recorded."""
+    env = dict(os.environ, MILABENCH_FAKE_GPUS="cuda:2")
+    milabench("run", "--select", "healthy", "--run-name", "pergpu", base=tmp_path, env=env, check=0)
+    run = tmp_path / "runs" / "pergpu"
+    spans = []
+    for device in ("0", "1"):
+        events = data_events(run / f"healthy.D{device}.data")
+        assert events[-1]["data"]["return_code"] == 0
+        assert f"devices {device}" in (run / f"healthy.D{device}.stdout").read_text()
+        assert events[1]["data"]["accelerators"]["arch"] == "cuda"
+        spans.append((events[2]["data"]["time"], events[-1]["data"]["time"]))
+    # concurrent: the second started before the first ended
+    assert spans[1][0] < spans[0][1] and spans[0][0] < spans[1][1]

@@ -20,12 +20,13 @@ STEADY = "aa"
 
 
 def milabench(
-    *args: str, env: dict | None = None, timeout: int = 300
+    *args: str, env: dict | None = None, timeout: int = 180
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "milabench", *args],
         capture_output=True,
         text=True,
+        stdin=subprocess.DEVNULL,
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )

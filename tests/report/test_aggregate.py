@@ -149,7 +149,9 @@ def test_validation_layers(run_dir: Path):
         "idle: mean accelerator load 0.15 < gpu_load_threshold 0.50"
     ]
     assert any("pg" in w and "memory" in w for w in layers["usage"].warnings)
-    assert any(f.startswith("pg:") and "2 process(es)" in f for f in layers["planning"].failures)
+    assert any(
+        f.startswith("pg:") and "2 process(es) started" in f for f in layers["planning"].failures
+    )
 
 
 def test_clean_run_passes(tmp_path: Path):
@@ -227,8 +229,12 @@ def test_install_log_folder_reports_pip_error(tmp_path: Path):
         rc=1,
         stderr="ERROR: No matching distribution found for torch==0.0.1\n",
     )
+    write_file(d, "hf", {"name": "hf"}, rc=0, meta=None)
     rep = build_report([d])
     assert rep.errors[0].line == "ERROR: No matching distribution found for torch==0.0.1"
+    assert rep.exit_code == 1
+    assert [lay.name for lay in rep.layers if not lay.passed] == ["error"]  # no rate expected
+    assert "ERROR: No matching distribution" in render(rep, "text")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -254,3 +260,28 @@ def test_cli_report(run_dir: Path, tmp_path: Path):
 def test_meta_is_used_for_system(run_dir: Path):
     rep = build_report([run_dir])
     assert rep.system["cpu"] == META["cpu"]["brand"] and rep.system["n_cpu"] == 2
+
+
+def test_tags_and_multinode_launch(tmp_path: Path):
+    from milabench.report.runs import split_tag
+
+    assert split_tag("resnet50.R2.D3", "resnet50")[1] == {
+        "repeat": 2,
+        "device": "3",
+        "job": None,
+        "node": None,
+    }
+    assert split_tag("llm-nodes.0.node2", None) == (
+        "llm-nodes",
+        {"repeat": None, "device": None, "job": "0", "node": "node2"},
+    )
+    assert split_tag("a.b.0.10.0.0.2", "a.b")[1]["node"] == "10.0.0.2"
+    d = tmp_path / "mn"
+    e = entry("mn", plan={"method": "njobs", "n": 1}, num_machines=2)
+    write_file(d, "mn.0.main", e, rates=[50, 52, 51])
+    write_file(d, "mn.0.10.0.0.2", e, rates=[])  # other rank: no rates, exit 0
+    rep = build_report([d], validations=["all,-usage"])
+    mn = rep.bench("mn")
+    assert (mn.n, mn.fail, mn.reason) == (2, 0, None)
+    assert mn.score == pytest.approx(51.0)
+    assert rep.exit_code == 0

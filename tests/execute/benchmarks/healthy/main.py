@@ -1,6 +1,7 @@
 """Healthy fixture: a small CPU loop reporting its throughput through benchkit."""
 
 import argparse
+import os
 import time
 
 from benchkit.channel import DataWriter
@@ -20,4 +21,4 @@ for step in range(args.steps):
     )
     writer.write({"task": "train", "loss": 1.0 / (step + 1)})
 writer.close()
-print("workers", args.workers, "total", total)
+print("workers", args.workers, "total", total, "devices", os.environ.get("CUDA_VISIBLE_DEVICES"))
