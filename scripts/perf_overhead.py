@@ -99,7 +99,9 @@ def make_suite(workdir: Path, steps: int) -> Path:
     entries = []
     perf_argv = "  argv:\n" + "".join(
         f"    {k}: {v}\n"
-        for k, v in zip(["--steps", *WORKLOAD_ARGS[::2]], [steps, *WORKLOAD_ARGS[1::2]], strict=True)
+        for k, v in zip(
+            ["--steps", *WORKLOAD_ARGS[::2]], [steps, *WORKLOAD_ARGS[1::2]], strict=True
+        )
     )
     for name, argv in (("noop", ""), ("perfload", perf_argv)):
         entries.append(

@@ -38,6 +38,13 @@ class Arm:
     exclude: list[str] = field(default_factory=list)
     use_current_env: bool = False
 
+    def describe(self) -> str:
+        """What distinguishes this arm, for the comparison's header."""
+        parts = [str(self.config) if self.config else "default suite", f"base {self.base}"]
+        parts += [f"--override {o}" for o in self.overrides]
+        parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
+        return f"{self.label}: " + ", ".join(parts)
+
     def command(self, run_name: str, select: list[str] | None = None) -> list[str]:
         argv = [sys.executable, "-m", "milabench", "run", "--run-name", run_name,
                 "--base", str(self.base), "--dash", "no"]  # fmt: skip
@@ -119,7 +126,7 @@ def ab_compare(
     prefix = prefix or time.strftime("ab.%Y-%m-%d_%H-%M-%S")
     a_dirs, b_dirs = interleave(control, treatment, rounds, prefix, log=log)
     cmp = compare_samples(pooled_samples(a_dirs), pooled_samples(b_dirs),
-                          a_label=control.label, b_label=treatment.label, **compare_kwargs)  # fmt: skip
+                          a_label=control.describe(), b_label=treatment.describe(), **compare_kwargs)  # fmt: skip
     suspects = [r.name for r in cmp.rows if r.regression]
     if suspects and (confirm_rounds is None or confirm_rounds > 0):
         if log:

@@ -100,6 +100,8 @@ def build_report(
             apply_entry(br, fr.config)
         br.files.append(fr)
     rows = [aggregate_benchmark(br) for br in benches.values()]
+    if not entries:  # no suite order: show benchmarks in the order they ran
+        rows.sort(key=_first_start)
     layers = run_layers(rows, select_layers(validations))
     return Report(
         sources=run_dirs,
@@ -108,6 +110,11 @@ def build_report(
         suite=suite_score(rows),
         layers=layers,
     )
+
+
+def _first_start(br: BenchResult) -> float:
+    starts = [fr.start_time for fr in br.files if fr.start_time is not None]
+    return min(starts) if starts else math.inf
 
 
 def fmt_float(x: float | None, digits: int = 2) -> str:
