@@ -207,7 +207,10 @@ class TimedIterator:
         self._starts: list[Any] = []
         self._ends: list[Any] = []
         self._sizes: list[Any] = []
-        self._losses: list[tuple[Any, float]] = []
+        # Losses and their times in two lists: a tuple per step would be one more object
+        # for the garbage collector to track, which costs more than the rest of the call.
+        self._losses: list[Any] = []
+        self._loss_times: list[float] = []
         self._next_progress = 0.0
         # perf_counter -> epoch seconds, for record timestamps.
         self._epoch_offset = time.time() - time.perf_counter()
@@ -413,7 +416,8 @@ class TimedIterator:
         if self.writer is None:
             return
         detach = getattr(loss, "detach", None)
-        self._losses.append((detach() if detach is not None else loss, time.perf_counter()))
+        self._losses.append(detach() if detach is not None else loss)
+        self._loss_times.append(time.perf_counter())
 
     # -- flush ------------------------------------------------------------------------
     def _flush(self) -> None:
@@ -421,6 +425,7 @@ class TimedIterator:
         starts, ends, sizes = self._starts, self._ends, self._sizes
         self._starts, self._ends, self._sizes = [], [], []
         losses, self._losses = self._losses, []
+        loss_times, self._loss_times = self._loss_times, []
         first_index = self._reported
         self._reported += len(ends)
         if not ends and not losses:
@@ -449,12 +454,12 @@ class TimedIterator:
             lines.append(f"{head}{rate:.7g}{tail}{stamp:.6f}}}")
         writer.write_encoded(lines)
         if losses:
-            values = _loss_values([x for x, _ in losses])
+            values = _loss_values(losses)
             offset = self._epoch_offset
             head = '{"task": ' + json.dumps(self.task) + ', "loss": '
             lines = [
                 f'{head}{_json_float(value)}, "time": {when + offset:.6f}}}'
-                for value, (_, when) in zip(values, losses, strict=False)
+                for value, when in zip(values, loss_times, strict=False)
             ]
             writer.write_encoded(lines)
 
@@ -525,22 +530,28 @@ def _json_float(value: float) -> str:
         return '"NaN"'
     if value in (_INF, -_INF):
         return '"Infinity"' if value > 0 else '"-Infinity"'
-    return repr(float(value))
+    return f"{value:.8g}"  # 8 significant digits: plenty for a loss, faster than repr
 
 
 def _loss_values(values: list[Any]) -> list[float]:
-    """Floats of the stored losses, with one device transfer when they are tensors."""
+    """Floats of the stored losses: one device transfer for accelerator tensors, a cheap
+    ``item()`` each for host tensors (stacking costs more than it saves on CPU)."""
     torch = _torch()
     if torch is not None and values and all(isinstance(v, torch.Tensor) for v in values):
-        try:
-            return [float(x) for x in torch.stack([v.reshape(()) for v in values]).tolist()]
-        except (RuntimeError, ValueError):
-            pass
+        if values[0].device.type != "cpu":
+            try:
+                stacked = torch.stack(values)
+            except RuntimeError:  # different shapes: make them scalars first
+                stacked = torch.stack([v.reshape(()) for v in values])
+            try:
+                return [float(x) for x in stacked.reshape(-1).tolist()][: len(values)]
+            except (RuntimeError, ValueError):
+                pass
     out = []
     for v in values:
         item = getattr(v, "item", None)
         try:
             out.append(float(item() if item is not None else v))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RuntimeError):
             out.append(math.nan)
     return out

@@ -22,6 +22,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=256)
+    parser.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        metavar="BLOCKS",
+        help="alternate BLOCKS blocks of bare and instrumented steps in this process",
+    )
+    parser.add_argument("--block", type=int, default=100, help="steps per paired block")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -36,6 +44,10 @@ def main() -> None:
     xs = torch.randn(32, args.batch, args.width)
     ys = torch.randint(0, 10, (32, args.batch))
     loader = [(xs[i % 32], ys[i % 32]) for i in range(args.steps)]
+
+    if args.paired:
+        paired(args, model, opt, loss_fn, loader)
+        return
 
     if args.bare:
         it = loader
@@ -63,6 +75,47 @@ def main() -> None:
     cpu = time.process_time() - c_start
     items = (args.steps - args.warmup) * args.batch
     print(f"PERF {items / elapsed:.3f} {items / cpu:.3f}", flush=True)
+
+
+def paired(args, model, opt, loss_fn, loader) -> None:
+    """Bare and instrumented blocks alternating in one process: slow drifts of the load of
+    a shared machine hit both sides alike. Each instrumented block is one epoch of a
+    `TimedIterator` (timing, lazy losses, its flush at the epoch end, records written).
+    Prints ``PAIRED <median overhead %> <bare items/cpu-s> <instrumented items/cpu-s>``."""
+    import statistics
+
+    from benchkit.timing import TimedIterator
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    block = loader[: args.block]
+    for x, y in loader[: args.warmup]:
+        step(x, y)
+    bare_t, inst_t, ratios = [], [], []
+    for _ in range(args.paired):
+        c0 = time.process_time()
+        for x, y in block:
+            step(x, y)
+        c1 = time.process_time()
+        it = TimedIterator(block, stop=0, skip=0, monitor=False)
+        for x, y in it:
+            it.record_loss(step(x, y))
+        c2 = time.process_time()
+        bare_t.append(c1 - c0)
+        inst_t.append(c2 - c1)
+        ratios.append((c2 - c1) / (c1 - c0))
+    items = args.block * args.batch
+    overhead = 100.0 * (statistics.median(ratios) - 1.0)
+    print(
+        f"PAIRED {overhead:.3f} {items / statistics.median(bare_t):.3f} "
+        f"{items / statistics.median(inst_t):.3f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

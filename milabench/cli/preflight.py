@@ -16,16 +16,32 @@ from milabench.errors import NodeError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
-    add_option(parser, "port", type=int, default=None,
-               help="rendezvous port to check and use (default: option multinode.port, 29400)")
-    add_option(parser, "python", default=None, metavar="PATH",
-               help="interpreter to probe and run the all-reduce with "
-               "(default: the benchmarks' environment, or this one with --use-current-env)")
-    add_option(parser, "size-mib", type=float, default=16.0,
-               help="all-reduce tensor size in MiB (default 16)")
+    add_option(
+        parser,
+        "port",
+        type=int,
+        default=None,
+        help="rendezvous port to check and use (default: option multinode.port, 29400)",
+    )
+    add_option(
+        parser,
+        "python",
+        default=None,
+        metavar="PATH",
+        help="interpreter to probe and run the all-reduce with "
+        "(default: the benchmarks' environment, or this one with --use-current-env)",
+    )
+    add_option(
+        parser,
+        "size-mib",
+        type=float,
+        default=16.0,
+        help="all-reduce tensor size in MiB (default 16)",
+    )
     add_option(parser, "iters", type=int, default=5, help="timed all-reduce repetitions")
-    add_option(parser, "no-allreduce", action="store_true", default=False,
-               help="only check the nodes")
+    add_option(
+        parser, "no-allreduce", action="store_true", default=False, help="only check the nodes"
+    )
 
 
 def _environments(suite, use_current_env: bool) -> tuple[str, list[str]]:
@@ -39,7 +55,9 @@ def _environments(suite, use_current_env: bool) -> tuple[str, list[str]]:
         if venv and venv not in venvs:
             venvs.append(venv)
     # The all-reduce needs torch: prefer a torch-ish group's environment.
-    preferred = next((v for v in venvs if "torch" in v.rsplit("/", 1)[-1]), venvs[0] if venvs else None)
+    preferred = next(
+        (v for v in venvs if "torch" in v.rsplit("/", 1)[-1]), venvs[0] if venvs else None
+    )
     if preferred is None:
         return sys.executable, []
     return f"{preferred}/bin/python", venvs

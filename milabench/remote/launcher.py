@@ -11,7 +11,7 @@ smuggled stream needs nothing, and is what torchrun workers use anyway. A spec a
 
 Process control: the command runs as the leader of its own remote session (see
 `milabench.remote.ssh.remote_command`), which reports its PGID first; `terminate` and
-`kill` send ``kill -TERM|-KILL -- -<pgid>`` over the node's connection, so the whole
+`kill` send ``kill -TERM|-KILL -<pgid>`` over the node's connection, so the whole
 remote group (torchrun and its workers) is reached, not only the shell.
 """
 
@@ -30,6 +30,7 @@ from milabench.remote.nodes import node_label
 from milabench.remote.ssh import PGID_PREFIX, ConnectionPool, remote_command, shared_pool
 
 _EOF = None
+SIGNAL_TIMEOUT = 5.0  # seconds for one remote kill round trip
 
 
 class _Batches:
@@ -169,37 +170,46 @@ class RemoteHandle(ProcessHandle):
             self.returncode = int(status)
         return self.returncode
 
-    async def send_signal(self, signame: str) -> None:
-        """Signal the whole remote process group (``TERM``, ``KILL``, ``INT``)."""
-        try:
-            await asyncio.wait_for(self._pgid_known.wait(), 5)
-        except TimeoutError:
-            pass
-        if self.pgid is None:
+    async def _remote_kill(self, signame: str, *, token_scan: bool) -> None:
+        """One round trip: signal the remote group and, optionally, token holders.
+
+        Bounded by `SIGNAL_TIMEOUT`: a stuck connection must not stall a stop; the channel
+        is closed instead (the remote leader then loses its output pipes).
+        """
+        if self.pgid is None and not self._pgid_known.is_set():
+            try:
+                await asyncio.wait_for(self._pgid_known.wait(), SIGNAL_TIMEOUT)
+            except TimeoutError:
+                pass
+        parts = []
+        if self.pgid is not None:
+            parts.append(f"kill -{signame} -{self.pgid} 2>/dev/null")  # dash: no "--"
+        if token_scan:
+            parts.append(
+                'for p in /proc/[0-9]*; do grep -qsxzF "$1" "$p/environ" && '
+                'kill -KILL "${p#/proc/}" 2>/dev/null; done'
+            )
+        if not parts:
             # The command never reported its group: closing the channel is all we can do.
             self._process.close()
             return
+        script = "; ".join(parts) + "; true"
         try:
             await self.pool.run(
-                self.node, ["kill", f"-{signame}", "--", f"-{self.pgid}"], timeout=15
+                self.node,
+                ["sh", "-c", script, "milabench-kill", f"{TOKEN_VAR}={self.token}"],
+                timeout=SIGNAL_TIMEOUT,
             )
         except NodeError:
             self._process.close()
 
+    async def send_signal(self, signame: str) -> None:
+        """Signal the whole remote process group (``TERM``, ``KILL``, ``INT``)."""
+        await self._remote_kill(signame, token_scan=False)
+
     async def kill_token_holders(self) -> None:
         """SIGKILL remote processes that escaped the group but carry our token."""
-        script = (
-            'for p in /proc/[0-9]*; do grep -qsxzF "$1" "$p/environ" && '
-            'kill -KILL "${p#/proc/}" 2>/dev/null; done; true'
-        )
-        try:
-            await self.pool.run(
-                self.node,
-                ["sh", "-c", script, "milabench-cleanup", f"{TOKEN_VAR}={self.token}"],
-                timeout=15,
-            )
-        except NodeError:
-            pass
+        await self._remote_kill("KILL", token_scan=True)
 
     async def terminate(self) -> None:
         await self.send_signal("TERM")
@@ -208,25 +218,22 @@ class RemoteHandle(ProcessHandle):
         await self.send_signal("KILL")
 
     async def stop(self, grace: float) -> None:
-        """TERM the remote group, KILL it after ``grace``; return once the leader is gone."""
+        """TERM the remote group, KILL it (and token holders) after ``grace``; wait for it."""
         if self.returncode is None:
             await self.send_signal("TERM")
             try:
                 await asyncio.wait_for(asyncio.shield(self.wait()), grace)
             except TimeoutError:
                 pass
-        await self.send_signal("KILL")
-        await self.kill_token_holders()
+        await self._remote_kill("KILL", token_scan=True)
         try:
-            await asyncio.wait_for(asyncio.shield(self.wait()), 10)
+            await asyncio.wait_for(asyncio.shield(self.wait()), SIGNAL_TIMEOUT)
         except TimeoutError:
             self._process.close()
 
     async def cleanup(self) -> None:
         """After the leader exited: kill what is left of its group, and token holders."""
-        if self.pgid is not None:
-            await self.send_signal("KILL")
-        await self.kill_token_holders()
+        await self._remote_kill("KILL", token_scan=True)
 
     def close(self) -> None:
         self._process.close()

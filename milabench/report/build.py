@@ -118,6 +118,9 @@ def _first_start(br: BenchResult) -> float:
 
 
 def fmt_float(x: float | None, digits: int = 2) -> str:
+    """Fixed decimals, but 4 significant digits for small values (0.01234 TFLOPS)."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
+    if 0 < abs(x) < 1:
+        return f"{x:.4g}"
     return f"{x:.{digits}f}"

@@ -74,7 +74,7 @@ def _table_cells(row: dict[str, Any]) -> list[str]:
         _pct(row["std"]),
         "-" if mem is None else f"{mem:.0f}",
         fmt_float(row["score"]),
-        fmt_float(row["weight"]),
+        f"{row['weight']:.2f}",
     ]
 
 

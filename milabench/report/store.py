@@ -197,6 +197,10 @@ class Store:
     def import_run(self, run_dir: Path, report: Report | None = None) -> ImportResult:
         """Add a run folder's results (no-op when the same content is already stored)."""
         run_dir = Path(run_dir)
+        if not run_dir.is_dir():
+            raise UsageError(f"{run_dir}: no such run folder")
+        if not any(run_dir.glob("*.data")):
+            raise UsageError(f"{run_dir}: no .data files, nothing to import")
         name = run_dir.name
         digest = content_hash(run_dir)
         run_id = hashlib.sha256(f"{name}\0{digest}".encode()).hexdigest()[:32]

@@ -120,7 +120,7 @@ def test_lazy_losses_are_tensors_until_flush_and_nan_is_kept(pipe):
         loss = (w * float(i)).sum() if i != 2 else (w * math.nan).sum()
         it.record_loss(loss)
         if i == 0:
-            stored = it._losses[0][0]
+            stored = it._losses[0]
             assert isinstance(stored, torch.Tensor) and not stored.requires_grad
     it.close()
     losses = [r["loss"] for r in pipe.records() if "loss" in r]

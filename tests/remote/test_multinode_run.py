@@ -182,6 +182,7 @@ def test_preflight_prints_nodes_and_bandwidth(ssh_cluster, tmp_path):
         env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    print("\n" + proc.stdout)
     lines = proc.stdout.splitlines()
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
     assert set(rows) == {"node0", "node1"}

@@ -32,8 +32,10 @@ def milabench(
     )
 
 
-def real_run(base: Path, name: str, *extra: str, env: dict | None = None) -> Path:
-    proc = milabench("run", "--config", str(SUITE), "--base", str(base), "--use-current-env",
+def real_run(
+    base: Path, name: str, *extra: str, env: dict | None = None, suite: Path = SUITE
+) -> Path:
+    proc = milabench("run", "--config", str(suite), "--base", str(base), "--use-current-env",
                      "--run-name", name, "--dash", "no", *extra, env=env)  # fmt: skip
     run_dir = base / "runs" / name
     if not run_dir.is_dir():

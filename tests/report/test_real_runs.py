@@ -31,6 +31,7 @@ def independent_stats(run_dir: Path) -> dict:
             if ev["event"] == "config":
                 name = data["name"]
                 method = data["plan"]["method"]
+                weight = data["weight"] * (1 if data.get("enabled", True) else 0)
             elif ev["event"] == "data" and data.get("task") == "train" and "rate" in data:
                 info["rates"].append(float(data["rate"]))
             elif ev["event"] == "data" and "loss" in data:
@@ -42,6 +43,7 @@ def independent_stats(run_dir: Path) -> dict:
         tag_rest = path.name[len(name) + 1 : -len(".data")].split(".")
         info["device"] = next((p[1:] for p in tag_rest if p.startswith("D")), None)
         info["method"] = method
+        info["weight"] = weight
         per_bench.setdefault(name, []).append(info)
 
     def trimmed(values):
@@ -54,7 +56,13 @@ def independent_stats(run_dir: Path) -> dict:
         n, fail = len(files), len(files) - len(ok)
         pooled = trimmed([r for f in ok for r in f["rates"]])
         if not pooled:
-            out[name] = {"n": n, "fail": fail, "perf": None, "score": 0.0}
+            out[name] = {
+                "n": n,
+                "fail": fail,
+                "perf": None,
+                "score": 0.0,
+                "weight": files[0]["weight"],
+            }
             continue
         mean = sum(pooled) / len(pooled)
         std = math.sqrt(sum((x - mean) ** 2 for x in pooled) / (len(pooled) - 1))
@@ -67,7 +75,7 @@ def independent_stats(run_dir: Path) -> dict:
             raw = mean
         out[name] = {"n": n, "fail": fail, "perf": mean, "std%": 100 * std / mean,
                      "sem%": 100 * std / math.sqrt(len(pooled)) / mean,
-                     "score": raw * (1 - fail / n)}  # fmt: skip
+                     "score": raw * (1 - fail / n), "weight": files[0]["weight"]}  # fmt: skip
     return out
 
 
@@ -99,6 +107,35 @@ def test_report_matches_independent_recomputation(real_runs):
     assert rows["switched-off"]["reason"] == "disabled" and rows["switched-off"]["weight"] == 0
     text = render(build_report([run_dir]), "text")
     assert "RuntimeError: planted failure for the report tests" in text
+
+
+CPU_SUITE = Path(__file__).parents[2] / "config" / "cpu-fast.yaml"
+
+
+def test_cpu_suite_report_matches_independent_recomputation(tmp_path):
+    """The same check on a real run of the CPU suite's torch benchmarks."""
+    pytest.importorskip("torch")
+    if not CPU_SUITE.exists():
+        pytest.skip(f"{CPU_SUITE} is not there yet")
+    from .conftest import real_run
+
+    run_dir = real_run(tmp_path, "cpu", "--select", "flops-fp32,convnet-noio", suite=CPU_SUITE)
+    expected = independent_stats(run_dir)
+    assert set(expected) == {"flops-fp32", "convnet-noio"}
+    proc = milabench("report", "--runs", str(run_dir), "--format", "json")
+    data = json.loads(proc.stdout)
+    rows = {r["name"]: r for r in data["benchmarks"]}
+    for name, exp in expected.items():
+        row = rows[name]
+        assert (row["n"], row["fail"]) == (exp["n"], exp["fail"]), name
+        assert row["score"] == pytest.approx(exp["score"]), name
+        assert row["perf"] == pytest.approx(exp["perf"]), name
+        assert row["std"] == pytest.approx(exp["std%"]) and row["sem"] == pytest.approx(exp["sem%"])
+    num = sum(e["weight"] * math.log(e["score"] + 1) for e in expected.values())
+    assert data["score"] == pytest.approx(
+        math.exp(num / sum(e["weight"] for e in expected.values()))
+    )
+    assert (data["verdict"], proc.returncode) == ("PASS", 0), proc.stdout
 
 
 def test_a_a_comparison_flags_nothing(real_runs):

@@ -76,6 +76,10 @@ def test_cli_history_check_exit(tmp_path: Path):
     assert proc.returncode == 1 and "OUTLIER" in proc.stdout.splitlines()[-1]
     proc = subprocess.run([*run, "history", "nope", "--url", url], capture_output=True, text=True)
     assert proc.returncode == 2 and "no stored result for benchmark 'nope'" in proc.stderr
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([*run, "import", str(tmp_path / "empty"), "--url", url],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2 and "no .data files" in proc.stderr
 
 
 def _pg_bin() -> Path | None:

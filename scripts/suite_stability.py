@@ -1,0 +1,248 @@
+"""Measure how repeatable each benchmark of a suite is: run it N times, report the RSD.
+
+For every benchmark process of the suite (as `milabench matrix` resolves it: same argv,
+same ``MILABENCH_CONFIG`` and thread count as a real run) this script runs the process
+``--repeat`` times in a row, reads its ``train`` rate records from a real ``DATA_FD``
+pipe (or from standard output for torchrun entries), and takes the mean rate of each
+repeat (warm-up excluded by the benchmark's own ``skip`` budget). The relative standard
+deviation (sample std / mean) of those means is the number the CPU suite promises to keep
+under 10%. It also reports the wall time of each run (process start to exit), so the
+table says what the suite costs.
+
+Usage::
+
+    python scripts/suite_stability.py --config config/cpu.yaml --repeat 3 \
+        [--select a,b] [--base /tmp/stab] [--markdown out.md] [--json out.json]
+
+It runs in the current environment (``--use-current-env``): install the benchmarks'
+requirements there first. Run ``milabench prepare`` with the same ``--base`` before, or
+pass ``--prepare`` to run the prepare scripts here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchkit.channel import SmuggleDecoder  # noqa: E402
+
+
+def resolved_processes(config: str, base: str, select: str | None) -> list[tuple[dict, dict]]:
+    """(entry, process) pairs from ``milabench matrix --format json``."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "milabench",
+        "matrix",
+        "--config",
+        config,
+        "--base",
+        base,
+        "--use-current-env",
+        "--format",
+        "json",
+    ]
+    if select:
+        cmd += ["--select", select]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    pairs = []
+    for entry in json.loads(out.stdout).values():
+        if entry.get("skipped"):
+            continue
+        procs = entry.get("processes") or [
+            {
+                "tag": entry["name"],
+                "command": entry["command"],
+                "env": {},
+                "data_channel": "smuggle" if entry["plan"]["method"] == "torchrun" else "fd",
+            }
+        ]
+        pairs.append((entry, procs[0]))
+    return pairs
+
+
+def process_env(entry: dict, proc: dict) -> dict[str, str]:
+    """The variables a run gets (see milabench.plan.environment), via the real helper."""
+    env = dict(os.environ)
+    try:
+        from milabench.config.system import load_system
+        from milabench.plan.environment import benchmark_env
+
+        env.update(benchmark_env(entry, load_system(None)))
+    except Exception as exc:  # noqa: BLE001 - fall back to the essentials
+        print(f"(benchmark_env unavailable: {exc}; using the essentials)", file=sys.stderr)
+        dirs = entry["dirs"]
+        env.update(
+            MILABENCH_CONFIG=json.dumps(entry),
+            MILABENCH_DIR_DATA=dirs["data"],
+            MILABENCH_DIR_BASE=dirs["base"],
+            OMP_NUM_THREADS=str(os.cpu_count() or 1),
+            PYTHONUNBUFFERED="1",
+        )
+    env.update(proc.get("env") or {})
+    env.pop("DATA_FD", None)
+    return env
+
+
+def run_once(entry: dict, proc: dict, timeout: float) -> tuple[list[float], float, int]:
+    """(train rates, wall seconds, return code) of one run of the process."""
+    env = process_env(entry, proc)
+    smuggle = proc.get("data_channel") == "smuggle"
+    read_end = write_end = None
+    chunks: list[bytes] = []
+    reader = None
+    if smuggle:
+        env["DATA_FD"] = "1"
+    else:
+        read_end, write_end = os.pipe()
+        env["DATA_FD"] = str(write_end)
+
+        def drain() -> None:
+            with os.fdopen(read_end, "rb") as stream:
+                for chunk in iter(lambda: stream.read1(65536), b""):
+                    chunks.append(chunk)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+    start = time.perf_counter()
+    try:
+        result = subprocess.run(
+            proc["command"],
+            env=env,
+            cwd=entry["dirs"]["code"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            pass_fds=() if smuggle else (write_end,),
+        )
+    finally:
+        if write_end is not None:
+            os.close(write_end)
+    wall = time.perf_counter() - start
+    if reader is not None:
+        reader.join(timeout=30)
+        lines = b"".join(chunks).decode().splitlines()
+    else:
+        _plain, lines = SmuggleDecoder().feed(result.stdout)
+    rates = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("task") == "train" and "rate" in record:
+            rates.append(float(record["rate"]))
+    if result.returncode != 0:
+        print(result.stderr[-2000:], file=sys.stderr)
+    return rates, wall, result.returncode
+
+
+def summarise(name: str, runs: list[tuple[list[float], float, int]], units: str) -> dict:
+    means = [statistics.fmean(r) for r, _w, rc in runs if r and rc == 0]
+    rsd = statistics.stdev(means) / statistics.fmean(means) if len(means) > 1 else float("nan")
+    return {
+        "name": name,
+        "units": units,
+        "means": means,
+        "mean": statistics.fmean(means) if means else float("nan"),
+        "rsd": rsd,
+        "wall": [round(w, 1) for _r, w, _rc in runs],
+        "failures": sum(1 for _r, _w, rc in runs if rc != 0),
+    }
+
+
+def markdown(rows: list[dict], repeat: int, load: tuple[float, float]) -> str:
+    out = [
+        f"| benchmark | units | mean of {repeat} runs | RSD | wall s per run |",
+        "|---|---|---:|---:|---|",
+    ]
+    for row in rows:
+        out.append(
+            f"| {row['name']} | {row['units']} | {row['mean']:.4g} | {row['rsd'] * 100:.1f}% | "
+            f"{', '.join(str(w) for w in row['wall'])} |"
+        )
+    total = sum(sum(r["wall"]) for r in rows) / max(repeat, 1)
+    out.append("")
+    out.append(
+        f"Run time of one pass over the suite: {total:.0f} s (load average before/after: "
+        f"{load[0]:.2f} / {load[1]:.2f})."
+    )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(ROOT / "config" / "cpu.yaml"))
+    parser.add_argument("--base", default="/tmp/milabench-stability")
+    parser.add_argument("--select", default=None)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--prepare", action="store_true", help="run `milabench prepare` first")
+    parser.add_argument("--markdown", default=None, help="write the table here")
+    parser.add_argument("--json", default=None, help="write the raw numbers here")
+    args = parser.parse_args(argv)
+
+    if args.prepare:
+        cmd = [
+            sys.executable,
+            "-m",
+            "milabench",
+            "prepare",
+            "--config",
+            args.config,
+            "--base",
+            args.base,
+            "--use-current-env",
+        ]
+        if args.select:
+            cmd += ["--select", args.select]
+        subprocess.run(cmd, check=True, cwd=ROOT, timeout=600)
+
+    load_before = os.getloadavg()[0]
+    rows = []
+    for entry, proc in resolved_processes(args.config, args.base, args.select):
+        units = "?"
+        runs = []
+        for k in range(args.repeat):
+            rates, wall, rc = run_once(entry, proc, args.timeout)
+            runs.append((rates, wall, rc))
+            mean = statistics.fmean(rates) if rates else float("nan")
+            print(
+                f"{entry['name']} run {k + 1}: mean {mean:.4g} over {len(rates)} obs, "
+                f"{wall:.1f} s, rc={rc}",
+                flush=True,
+            )
+        units = _units_of(entry)
+        rows.append(summarise(entry["name"], runs, units))
+        row = rows[-1]
+        print(f"== {row['name']}: RSD {row['rsd'] * 100:.1f}%", flush=True)
+    load_after = os.getloadavg()[0]
+
+    table = markdown(rows, args.repeat, (load_before, load_after))
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    return 1 if any(r["failures"] for r in rows) else 0
+
+
+def _units_of(entry: dict) -> str:
+    folder = Path(entry["definition"]).name
+    return {"flops": "Tflops", "transformer-lm": "Tok/s", "llm": "Tok/s", "opbench": "calls/s"}.get(
+        folder, "items/s"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
