@@ -4,7 +4,9 @@
 next batch) it records one timestamp: a device event on accelerators (CUDA, XPU, ...),
 ``time.perf_counter()`` on CPU. Nothing is converted, synchronised or written inside the
 loop; that happens in one go at the end of an epoch, when ``max_pending`` observations
-are waiting, or when the budget (``stop + skip`` observations) is reached. The first
+are waiting, or when the budget (``stop + skip`` observations) is reached. On CPU (host
+timestamps, nothing to synchronise) a single process also converts at each progress tick
+(every ``interval`` seconds), outside the timed intervals, so that rates are seen live. The first
 batch of every epoch is fetched before the clock starts (creating a loader iterator is
 costly and would be amortised in a real training run), and the first ``skip``
 observations of the process are warm-up: timed but never reported.
@@ -283,7 +285,10 @@ class TimedIterator:
                     break
                 if end >= next_tick or pending >= max_pending:
                     self.count = count
-                    if pending >= max_pending:
+                    # Host timestamps need no synchronisation: convert them at each
+                    # tick too, so rates show up live (not across ranks: the reduction
+                    # must happen at the same step on every rank).
+                    if pending >= max_pending or self.world_size <= 1:
                         self._flush()
                         pending = 0
                     next_tick = self._tick(end)

@@ -39,12 +39,26 @@ def redact(obj: Any) -> Any:
             else:
                 out[k] = redact(v)
         return out
+    if isinstance(obj, str):
+        return redact_url(obj)
     if isinstance(obj, list | tuple):
         return [_redact_item(x) for x in obj]
     return obj
 
 
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:]+(:[^/@\s]*)?@")
+
+
+def redact_url(text: str) -> str:
+    """``https://user:token@host/x`` -> ``https://<redacted>@host/x`` (index URLs, remotes)."""
+    if "@" not in text or "://" not in text:
+        return text
+    return _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + REDACTED + "@", text)
+
+
 def _redact_item(x: Any) -> Any:
+    if isinstance(x, str):
+        x = redact_url(x)
     if isinstance(x, str) and "=" in x:
         name, _, _ = x.partition("=")
         if is_secret_name(name.lstrip("-")):

@@ -64,7 +64,9 @@ def mlm_batches(args: argparse.Namespace, vocab: int, device: torch.device):
     mask_id = 103 if vocab > 103 else 1
     pool = []
     for _ in range(8):
-        ids = torch.randint(1000 if vocab > 2000 else 2, vocab, (args.batch_size, args.seq_len), generator=gen)
+        ids = torch.randint(
+            1000 if vocab > 2000 else 2, vocab, (args.batch_size, args.seq_len), generator=gen
+        )
         masked = torch.rand(ids.shape, generator=gen) < 0.15
         labels = torch.where(masked, ids, torch.full_like(ids, -100))
         inputs = torch.where(masked, torch.full_like(ids, mask_id), ids)

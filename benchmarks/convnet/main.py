@@ -35,8 +35,12 @@ def default_data_dir() -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=None, help="image folder (default: $MILABENCH_DIR_DATA/convnet-jpeg)")
-    parser.add_argument("--synthetic-data", action="store_true", help="no I/O: reuse one random batch")
+    parser.add_argument(
+        "--data", default=None, help="image folder (default: $MILABENCH_DIR_DATA/convnet-jpeg)"
+    )
+    parser.add_argument(
+        "--synthetic-data", action="store_true", help="no I/O: reuse one random batch"
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--width", type=int, default=32, help="channels of the first stage")
@@ -109,7 +113,11 @@ def synthetic_batches(args: argparse.Namespace):
     """The same random batch forever (as uint8, like decoded images)."""
     gen = torch.Generator().manual_seed(args.seed)
     images = torch.randint(
-        0, 256, (args.batch_size, 3, args.image_size, args.image_size), dtype=torch.uint8, generator=gen
+        0,
+        256,
+        (args.batch_size, 3, args.image_size, args.image_size),
+        dtype=torch.uint8,
+        generator=gen,
     )
     labels = torch.randint(0, args.classes, (args.batch_size,), generator=gen)
     return itertools.repeat((images, labels))

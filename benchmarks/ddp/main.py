@@ -37,7 +37,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"], default="fp32")
     parser.add_argument(
-        "--threads", type=int, default=None, help="CPU threads per rank (default: CPUs / local ranks)"
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads per rank (default: CPUs / local ranks)",
     )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -117,6 +120,10 @@ def main(argv: list[str] | None = None) -> None:
             scaler.step(opt)
             scaler.update()
             timed.record_loss(loss)
+        if dist.is_initialized():
+            # Leave together: a rank that tears down while its peer is still in a
+            # collective makes gloo abort the peer.
+            dist.barrier()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -137,7 +137,9 @@ def _forward(op: str, variant: str, shape: tuple, dtype, device, grad: bool):
 VARIANTS = {"reduce": ("sum", "amax"), "elementwise": ("muladd", "gelu")}
 
 
-def build_cases(op: str, shapes: list[str], dtypes: list[str], modes: list[str], device) -> list[Case]:
+def build_cases(
+    op: str, shapes: list[str], dtypes: list[str], modes: list[str], device
+) -> list[Case]:
     cases = []
     accel = 0 if device.type == "cpu" else 1
     for variant, shape_name, dtype_name, mode in itertools.product(
@@ -249,7 +251,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--op", choices=OPS, required=True)
     parser.add_argument("--shapes", default="small,large,skewed")
-    parser.add_argument("--dtypes", default=None, help="default: fp32,bf16 on cpu, fp32,fp16,bf16 else")
+    parser.add_argument(
+        "--dtypes", default=None, help="default: fp32,bf16 on cpu, fp32,fp16,bf16 else"
+    )
     parser.add_argument("--modes", default="fwd,fwdbwd")
     parser.add_argument("--case-ms", type=float, default=2.0, help="time per case per round")
     parser.add_argument("--device", default=None)
@@ -265,9 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     dtypes = (args.dtypes or ("fp32,bf16" if device.type == "cpu" else "fp32,fp16,bf16")).split(",")
-    cases = build_cases(
-        args.op, args.shapes.split(","), dtypes, args.modes.split(","), device
-    )
+    cases = build_cases(args.op, args.shapes.split(","), dtypes, args.modes.split(","), device)
     calibrate(cases, args.case_ms / 1000.0, device)
     calls_per_round = sum(c.repeat for c in cases)
     print(

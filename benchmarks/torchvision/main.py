@@ -31,7 +31,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--data", default=None, help="default: $MILABENCH_DIR_DATA/FakeImageNet")
     parser.add_argument("--synthetic-data", action="store_true")
-    parser.add_argument("--fixed-batch", action="store_true", help="reuse one batch (with --synthetic-data)")
+    parser.add_argument(
+        "--fixed-batch", action="store_true", help="reuse one batch (with --synthetic-data)"
+    )
     parser.add_argument("--num-workers", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=1000)
     parser.add_argument("--lr", type=float, default=0.1)

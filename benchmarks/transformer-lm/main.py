@@ -134,7 +134,10 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     timed = TimedIterator(
-        token_batches(args, device), batch_size_fn=lambda b: b[0].numel(), device=device, units="Tok/s"
+        token_batches(args, device),
+        batch_size_fn=lambda b: b[0].numel(),
+        device=device,
+        units="Tok/s",
     )
     model.train()
     for inputs, targets in timed:

@@ -40,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option(parser, "iters", type=int, default=5, help="timed all-reduce repetitions")
     add_option(
+        parser,
+        "timeout",
+        type=float,
+        default=60.0,
+        help="seconds allowed for the all-reduce (default 60)",
+    )
+    add_option(
         parser, "no-allreduce", action="store_true", default=False, help="only check the nodes"
     )
 
@@ -84,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             allreduce=not args.no_allreduce,
             size_mib=args.size_mib,
             iters=args.iters,
+            timeout=args.timeout,
         )
     )
     print(render(result), flush=True)

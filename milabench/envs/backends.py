@@ -70,12 +70,17 @@ def _group_entry(group: InstallGroup, step: str) -> dict:
 
 
 def _spec(
-    group: InstallGroup, step: str, argv: list[str], cwd: Path, timeout: float = INSTALL_TIMEOUT
+    group: InstallGroup,
+    step: str,
+    argv: list[str],
+    cwd: Path,
+    timeout: float = INSTALL_TIMEOUT,
+    env: dict[str, str] | None = None,
 ) -> ProcessSpec:
     return ProcessSpec(
         tag=[group.name],
         argv=argv,
-        env={"PYTHONUNBUFFERED": "1"},
+        env={"PYTHONUNBUFFERED": "1", **(env or {})},
         cwd=str(cwd),
         node=None,
         data_channel="fd",
@@ -165,7 +170,8 @@ class Backend:
         args = requirement_args(group, extra_constraints)
         if not group.requirements and not group.needs_voir and not group.pip_args:
             return None
-        return _spec(group, "install", self.install_argv(group.python, args), cwd)
+        env = self.pip.uv_env() if self.name == "uv" and self.pip is not None else {}
+        return _spec(group, "install", self.install_argv(group.python, args), cwd, env=env)
 
 
 def validate_spec(group: InstallGroup, cwd: Path) -> ProcessSpec:

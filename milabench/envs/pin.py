@@ -93,11 +93,11 @@ def compile_argv(
     return argv + index_args + pip.uv_args()
 
 
-def _spec(group: str, argv: list[str], cwd: Path, step: str) -> ProcessSpec:
+def _spec(group: str, argv: list[str], cwd: Path, step: str, env: dict[str, str]) -> ProcessSpec:
     return ProcessSpec(
         tag=[group],
         argv=argv,
-        env={"PYTHONUNBUFFERED": "1"},
+        env={"PYTHONUNBUFFERED": "1", **env},
         cwd=str(cwd),
         node=None,
         data_channel="fd",
@@ -146,7 +146,9 @@ def pin_all(
                 variant,
                 strategy,
             )
-            result = run_step(_spec(group.name, argv, logs.path, "lock"), sinks, echo=echo)
+            result = run_step(
+                _spec(group.name, argv, logs.path, "lock", pip.uv_env()), sinks, echo=echo
+            )
             if not result.ok:
                 results.append(
                     PinResult(
@@ -167,7 +169,9 @@ def pin_all(
                     strategy,
                 )
                 result = run_step(
-                    _spec(group.name, argv, definition, definition.name), sinks, echo=echo
+                    _spec(group.name, argv, definition, definition.name, pip.uv_env()),
+                    sinks,
+                    echo=echo,
                 )
                 if not result.ok:
                     failure = f"{definition.name}: {result.error}"

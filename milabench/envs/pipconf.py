@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 _KEYS = ("index-url", "extra-index-url", "find-links", "no-index")
 
@@ -33,18 +34,43 @@ class PipSettings:
     no_index: bool = False
     sources: list[str] = field(default_factory=list)
 
+    @property
+    def has_credentials(self) -> bool:
+        """An index URL carries a user or password (``https://user:token@host/simple``)."""
+        urls = [self.index_url or "", *self.extra_index_urls]
+        return any(urlsplit(u).username or urlsplit(u).password for u in urls if u)
+
     def uv_args(self) -> list[str]:
-        """Options for ``uv pip install/compile`` that select the same packages as pip."""
+        """Options for ``uv pip install/compile`` that select the same packages as pip.
+
+        Index URLs holding credentials are left out here: see `uv_env`.
+        """
         args: list[str] = []
         if self.no_index:
             args.append("--no-index")
-        if self.index_url:
-            args += ["--index-url", self.index_url]
-        for url in self.extra_index_urls:
-            args += ["--extra-index-url", url]
+        if not self.has_credentials:
+            if self.index_url:
+                args += ["--index-url", self.index_url]
+            for url in self.extra_index_urls:
+                args += ["--extra-index-url", url]
         for link in self.find_links:
             args += ["--find-links", link]
         return args
+
+    def uv_env(self) -> dict[str, str]:
+        """Index URLs with credentials, as uv's variables rather than command-line items.
+
+        Command lines are written to the install logs (``start`` events); environments are
+        not, so a token in a URL never reaches a file.
+        """
+        if not self.has_credentials:
+            return {}
+        env: dict[str, str] = {}
+        if self.index_url:
+            env["UV_INDEX_URL"] = self.index_url
+        if self.extra_index_urls:
+            env["UV_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+        return env
 
 
 def config_files(environ: Mapping[str, str] | None = None) -> list[Path]:

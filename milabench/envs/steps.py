@@ -63,7 +63,7 @@ def error_line(lines: list[str], limit: int = 400) -> str:
             return ln[:limit]
     for i, ln in enumerate(cleaned):
         if ln.startswith(("×", "error:")):
-            parts = [ln.removeprefix("error:").lstrip("× ").strip()]
+            parts = [ln.removeprefix("error:").lstrip("× ").strip().rstrip(":")]
             for follow in cleaned[i + 1 : i + 4]:
                 if follow[:1] in "╰├│" or follow.startswith("cause:"):
                     parts.append(follow.removeprefix("cause:").lstrip("╰├│─▶ ").strip())

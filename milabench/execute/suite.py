@@ -71,6 +71,13 @@ def check_environment(entry: dict) -> None:
             f"{entry.get('name')}: environment {venv} is missing; "
             f"run 'milabench install --select {entry.get('name')}' first"
         )
+    from milabench.envs import is_installed
+
+    if not is_installed(venv):
+        raise EnvironmentMissing(
+            f"{entry.get('name')}: environment {venv} did not finish installing; "
+            f"run 'milabench install --select {entry.get('name')}' again"
+        )
 
 
 def unmet_requirement(entry: dict, system: dict) -> str | None:

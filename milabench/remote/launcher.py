@@ -64,8 +64,9 @@ def _strip_cr(line: str) -> str:
 class RemoteHandle(ProcessHandle):
     """One remote process group: line batches, exit status, stop and cleanup.
 
-    ``data`` is None: records arrive smuggled in ``stdout`` (``DATA_FD=1``) and the
-    runner separates them exactly as for a local torchrun.
+    Records always arrive smuggled in ``stdout`` (``DATA_FD=1``). For a ``"smuggle"`` spec
+    ``data`` is None and the runner separates them, exactly as for a local torchrun; for an
+    ``"fd"`` spec (which the runner reads from ``data``) the handle separates them here.
     """
 
     def __init__(

@@ -267,7 +267,7 @@ async def preflight(
     allreduce: bool = True,
     size_mib: float = 16.0,
     iters: int = 5,
-    timeout: float = 120.0,
+    timeout: float = 60.0,
 ) -> PreflightResult:
     launcher = NodeLauncher(system)
     pool = launcher.ssh.pool
@@ -347,7 +347,7 @@ def render(result: PreflightResult) -> str:
     if result.allreduce:
         a = result.allreduce
         lines.append(
-            f"all-reduce ({a['backend']}, {a['world_size']} ranks, {a['bytes'] / 2**20:.0f} MiB):"
+            f"all-reduce ({a['backend']}, {a['world_size']} rank{'s' if a['world_size'] != 1 else ''}, {a['bytes'] / 2**20:.0f} MiB):"
             f" bandwidth {a['algbw_gbps']:.3f} GB/s (bus {a['busbw_gbps']:.3f} GB/s),"
             f" latency {a['latency_us']:.0f} us"
         )

@@ -12,9 +12,12 @@ Three ways, tried in this order for each worker, and reported per node:
 
 Callers (install, prepare) use::
 
-    from milabench.remote.sync import sync_to_workers
-    report = asyncio.run(sync_to_workers(system, base, [base / "venv" / group, base / "data"]))
-    # report: {"node1": "shared" | "rsync" | "sftp", ...} for every remote worker
+    from milabench.remote.sync import sync_phase
+    print(sync_phase(system, base, [base / "venv" / group, base / "data"]))
+    # "workers: node1 shared, node2 rsync" (or "workers: none (single node)")
+
+or, inside a running event loop, ``await sync_to_workers(system, base, paths)`` which
+returns ``{"node1": "shared" | "rsync" | "sftp", ...}`` for every remote worker.
 
 A worker that cannot be reached raises `NodeError` naming it within ``ssh.connect_timeout``.
 """
@@ -163,6 +166,8 @@ async def sync_to_workers(
 
     Returns ``{worker: "shared" | "rsync" | "sftp"}``. Missing local paths are skipped.
     """
+    if not remote_nodes(system):
+        return {}
     pool = pool or shared_pool(system)
     shared = await detect_shared_base(system, base, pool=pool)
     folders = [Path(p).absolute() for p in paths]
@@ -179,6 +184,24 @@ async def sync_to_workers(
 
     results = await asyncio.gather(*(one(n) for n in remote_nodes(system)))
     return dict(results)
+
+
+def sync_phase(system: dict, base: str | Path, paths: Iterable[str | Path]) -> str:
+    """Blocking form for the install / prepare commands; returns the line to print.
+
+    A single-node system returns at once without importing or connecting anything.
+    """
+    if not remote_nodes(system):
+        return describe_sync({})
+
+    async def main() -> dict[str, str]:
+        pool = ConnectionPool(system)
+        try:
+            return await sync_to_workers(system, base, paths, pool=pool)
+        finally:
+            await pool.close()
+
+    return describe_sync(asyncio.run(main()))
 
 
 def describe_sync(report: dict[str, str]) -> str:

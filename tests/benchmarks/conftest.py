@@ -55,7 +55,9 @@ def bench_env(stop: int = 4, skip: int = 1, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_with_pipe(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 180) -> BenchRun:
+def run_with_pipe(
+    argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 180
+) -> BenchRun:
     """Run ``argv`` with a real data pipe announced by ``DATA_FD`` (voir reads it too)."""
     read_end, write_end = os.pipe()
     env = dict(env, DATA_FD=str(write_end))
@@ -71,7 +73,12 @@ def run_with_pipe(argv: list[str], env: dict[str, str], cwd: Path, timeout: floa
 
     try:
         proc = subprocess.run(
-            argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+            argv,
+            env=env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             pass_fds=(write_end,),
         )
     finally:

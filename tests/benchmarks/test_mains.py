@@ -11,8 +11,17 @@ import pytest
 
 from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
 
-MAINS = ["flops", "convnet", "transformer-lm", "bert", "opbench", "ddp", "thirdparty",
-         "llm", "torchvision"]
+MAINS = [
+    "flops",
+    "convnet",
+    "transformer-lm",
+    "bert",
+    "opbench",
+    "ddp",
+    "thirdparty",
+    "llm",
+    "torchvision",
+]
 
 
 def check_budget(run, stop: int, units: str, *, loss: bool = True) -> None:
@@ -31,7 +40,9 @@ def check_budget(run, stop: int, units: str, *, loss: bool = True) -> None:
 @pytest.mark.parametrize("name", MAINS)
 def test_help_runs_without_orchestrator(name, python):
     """`python main.py --help` works by hand (no milabench, no data channel needed)."""
-    result = run_with_pipe([python, "main.py", "--help"], bench_env(), BENCHMARKS / name, timeout=60)
+    result = run_with_pipe(
+        [python, "main.py", "--help"], bench_env(), BENCHMARKS / name, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout
     assert result.records == []
@@ -41,7 +52,8 @@ def test_help_runs_without_orchestrator(name, python):
 def test_flops_reports_tflops(dtype, python):
     run = run_with_pipe(
         [python, "main.py", "--dtype", dtype, "--size", "256", "--step-ms", "5", "--device", "cpu"],
-        bench_env(stop=4, skip=1), BENCHMARKS / "flops",
+        bench_env(stop=4, skip=1),
+        BENCHMARKS / "flops",
     )
     check_budget(run, 4, "Tflops", loss=False)
     # 2*n^3 per matmul: even a slow CPU does more than 0.1 GFLOPS, none does 100 TFLOPS.
@@ -51,20 +63,59 @@ def test_flops_reports_tflops(dtype, python):
 def test_convnet_trains_on_prepared_jpegs(tmp_path, python):
     data = tmp_path / "jpeg"
     prep = run_with_pipe(
-        [python, "prepare.py", "--data", str(data), "--classes", "3", "--images-per-class", "24",
-         "--image-size", "32"],
-        bench_env(), BENCHMARKS / "convnet",
+        [
+            python,
+            "prepare.py",
+            "--data",
+            str(data),
+            "--classes",
+            "3",
+            "--images-per-class",
+            "24",
+            "--image-size",
+            "32",
+        ],
+        bench_env(),
+        BENCHMARKS / "convnet",
     )
     assert prep.returncode == 0, prep.stderr
     assert len(list(data.glob("*/*.jpeg"))) == 72 and (data / "done").exists()
-    again = run_with_pipe([python, "prepare.py", "--data", str(data), "--classes", "3",
-                           "--images-per-class", "24", "--image-size", "32"],
-                          bench_env(), BENCHMARKS / "convnet")
+    again = run_with_pipe(
+        [
+            python,
+            "prepare.py",
+            "--data",
+            str(data),
+            "--classes",
+            "3",
+            "--images-per-class",
+            "24",
+            "--image-size",
+            "32",
+        ],
+        bench_env(),
+        BENCHMARKS / "convnet",
+    )
     assert "already prepared" in again.stdout
     run = run_with_pipe(
-        [python, "main.py", "--data", str(data), "--image-size", "32", "--batch-size", "8",
-         "--width", "8", "--num-workers", "2", "--device", "cpu"],
-        bench_env(stop=4, skip=1), BENCHMARKS / "convnet",
+        [
+            python,
+            "main.py",
+            "--data",
+            str(data),
+            "--image-size",
+            "32",
+            "--batch-size",
+            "8",
+            "--width",
+            "8",
+            "--num-workers",
+            "2",
+            "--device",
+            "cpu",
+        ],
+        bench_env(stop=4, skip=1),
+        BENCHMARKS / "convnet",
     )
     check_budget(run, 4, "items/s")
     assert "jpeg data" in run.stdout and "2 workers" in run.stdout
@@ -72,18 +123,47 @@ def test_convnet_trains_on_prepared_jpegs(tmp_path, python):
 
 def test_convnet_noio(python):
     run = run_with_pipe(
-        [python, "main.py", "--synthetic-data", "--image-size", "32", "--batch-size", "8",
-         "--width", "8", "--device", "cpu"],
-        bench_env(stop=3, skip=1), BENCHMARKS / "convnet",
+        [
+            python,
+            "main.py",
+            "--synthetic-data",
+            "--image-size",
+            "32",
+            "--batch-size",
+            "8",
+            "--width",
+            "8",
+            "--device",
+            "cpu",
+        ],
+        bench_env(stop=3, skip=1),
+        BENCHMARKS / "convnet",
     )
     check_budget(run, 3, "items/s")
 
 
 def test_transformer_lm_reports_tokens(python):
     run = run_with_pipe(
-        [python, "main.py", "--batch-size", "2", "--seq-len", "32", "--dim", "64", "--layers", "1",
-         "--heads", "2", "--vocab", "512", "--device", "cpu"],
-        bench_env(stop=3, skip=1), BENCHMARKS / "transformer-lm",
+        [
+            python,
+            "main.py",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "32",
+            "--dim",
+            "64",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--vocab",
+            "512",
+            "--device",
+            "cpu",
+        ],
+        bench_env(stop=3, skip=1),
+        BENCHMARKS / "transformer-lm",
     )
     check_budget(run, 3, "Tok/s")
     # A random-token LM starts near log(vocab) = 6.2.
@@ -94,8 +174,20 @@ def test_transformer_lm_reports_tokens(python):
 def test_bert_masked_lm(python):
     pytest.importorskip("transformers")
     run = run_with_pipe(
-        [python, "main.py", "--size", "tiny", "--batch-size", "2", "--seq-len", "16", "--device", "cpu"],
-        bench_env(stop=3, skip=1), BENCHMARKS / "bert",
+        [
+            python,
+            "main.py",
+            "--size",
+            "tiny",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "16",
+            "--device",
+            "cpu",
+        ],
+        bench_env(stop=3, skip=1),
+        BENCHMARKS / "bert",
     )
     check_budget(run, 3, "items/s")
 
@@ -104,9 +196,22 @@ def test_bert_masked_lm(python):
 def test_llm_tiny_llama(python):
     pytest.importorskip("transformers")
     run = run_with_pipe(
-        [python, "main.py", "--size", "tiny", "--batch-size", "2", "--seq-len", "16",
-         "--precision", "fp32", "--device", "cpu"],
-        bench_env(stop=3, skip=1), BENCHMARKS / "llm",
+        [
+            python,
+            "main.py",
+            "--size",
+            "tiny",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "16",
+            "--precision",
+            "fp32",
+            "--device",
+            "cpu",
+        ],
+        bench_env(stop=3, skip=1),
+        BENCHMARKS / "llm",
     )
     check_budget(run, 3, "Tok/s")
 
@@ -114,8 +219,20 @@ def test_llm_tiny_llama(python):
 @pytest.mark.parametrize("op", ["matmul", "embedding", "reduce"])
 def test_opbench_latency_records(op, python):
     run = run_with_pipe(
-        [python, "main.py", "--op", op, "--shapes", "small,skewed", "--case-ms", "0.3", "--device", "cpu"],
-        bench_env(stop=3, skip=1), BENCHMARKS / "opbench",
+        [
+            python,
+            "main.py",
+            "--op",
+            op,
+            "--shapes",
+            "small,skewed",
+            "--case-ms",
+            "0.3",
+            "--device",
+            "cpu",
+        ],
+        bench_env(stop=3, skip=1),
+        BENCHMARKS / "opbench",
     )
     check_budget(run, 3, "calls/s", loss=False)
     cases = [r for r in run.records if "latency_ms" in r]
@@ -134,12 +251,29 @@ def test_opbench_latency_records(op, python):
 
 @pytest.mark.slow
 def test_ddp_two_processes_global_rate(python):
-    torchrun = shutil.which("torchrun", path=str(sys.executable).rsplit("/", 1)[0]) or shutil.which("torchrun")
+    torchrun = shutil.which("torchrun", path=str(sys.executable).rsplit("/", 1)[0]) or shutil.which(
+        "torchrun"
+    )
     assert torchrun, "torchrun comes with torch"
     run = run_smuggled(
-        [torchrun, "--standalone", "--nproc-per-node=2", "main.py", "--device", "cpu",
-         "--backend", "gloo", "--batch-size", "16", "--hidden", "64", "--features", "32"],
-        bench_env(stop=3, skip=1), BENCHMARKS / "ddp",
+        [
+            torchrun,
+            "--standalone",
+            "--nproc-per-node=2",
+            "main.py",
+            "--device",
+            "cpu",
+            "--backend",
+            "gloo",
+            "--batch-size",
+            "16",
+            "--hidden",
+            "64",
+            "--features",
+            "32",
+        ],
+        bench_env(stop=3, skip=1),
+        BENCHMARKS / "ddp",
     )
     check_budget(run, 3, "items/s")
     assert "world size 2" in run.stdout and "backend gloo" in run.stdout
@@ -152,9 +286,24 @@ def test_thirdparty_measured_only_through_voirfile(python):
     voir = shutil.which("voir", path=str(sys.executable).rsplit("/", 1)[0]) or shutil.which("voir")
     assert voir, "voir is a dependency of milabench"
     run = run_with_pipe(
-        [voir, "--stop", "3", "--skip", "1", "--gpu-poll", "0", "main.py", "--batch-size", "8",
-         "--num-samples", "64", "--device", "cpu"],
-        bench_env(stop=3, skip=1), BENCHMARKS / "thirdparty",
+        [
+            voir,
+            "--stop",
+            "3",
+            "--skip",
+            "1",
+            "--gpu-poll",
+            "0",
+            "main.py",
+            "--batch-size",
+            "8",
+            "--num-samples",
+            "64",
+            "--device",
+            "cpu",
+        ],
+        bench_env(stop=3, skip=1),
+        BENCHMARKS / "thirdparty",
     )
     check_budget(run, 3, "items/s")
     phases = [r["$data"]["name"] for r in run.events("phase")]

@@ -20,28 +20,54 @@ def test_cpu_fast_suite_runs_and_passes(tmp_path):
     for key in ("MILABENCH_CONFIG", "MILABENCH_SYSTEM", "MILABENCH_FAKE_GPUS", "DATA_FD"):
         env.pop(key, None)
     env["MILABENCH_GPU_ARCH"] = "cpu"
-    common = ["--config", str(ROOT / "config" / "cpu-fast.yaml"), "--base", str(tmp_path),
-              "--use-current-env"]
-    prep = subprocess.run([sys.executable, "-m", "milabench", "prepare", *common],
-                          capture_output=True, text=True, env=env, timeout=300)
+    common = [
+        "--config",
+        str(ROOT / "config" / "cpu-fast.yaml"),
+        "--base",
+        str(tmp_path),
+        "--use-current-env",
+    ]
+    prep = subprocess.run(
+        [sys.executable, "-m", "milabench", "prepare", *common],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert prep.returncode == 0, prep.stdout + prep.stderr
     assert any((tmp_path / "data" / "convnet-jpeg").glob("*/*.jpeg"))
 
     run = subprocess.run(
         [sys.executable, "-m", "milabench", "run", *common, "--run-name", "smoke", "--dash", "no"],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "PASS" in run.stdout
 
     run_dir = tmp_path / "runs" / "smoke"
-    benches = {"flops-fp32", "flops-bf16", "convnet", "convnet-noio", "transformer-lm", "bert",
-               "opbench-matmul", "opbench-softmax", "ddp", "thirdparty"}
+    benches = {
+        "flops-fp32",
+        "flops-bf16",
+        "convnet",
+        "convnet-noio",
+        "transformer-lm",
+        "bert",
+        "opbench-matmul",
+        "opbench-softmax",
+        "ddp",
+        "thirdparty",
+    }
     seen = set()
     for data in run_dir.glob("*.data"):
         name = data.name.split(".")[0]
-        rates = [e["data"] for e in read_events(data)
-                 if e["event"] == "data" and e["data"].get("task") == "train" and "rate" in e["data"]]
+        rates = [
+            e["data"]
+            for e in read_events(data)
+            if e["event"] == "data" and e["data"].get("task") == "train" and "rate" in e["data"]
+        ]
         assert len(rates) >= 5, data.name  # stop: 5 in cpu-fast.yaml
         assert all(r["rate"] > 0 for r in rates)
         seen.add(name)

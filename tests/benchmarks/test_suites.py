@@ -19,12 +19,21 @@ CONFIG = ROOT / "config"
 
 def milabench(*args: str, **env: str) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
-    for key in ("MILABENCH_CONFIG", "MILABENCH_SYSTEM", "MILABENCH_FAKE_GPUS", "MILABENCH_GPU_ARCH"):
+    for key in (
+        "MILABENCH_CONFIG",
+        "MILABENCH_SYSTEM",
+        "MILABENCH_FAKE_GPUS",
+        "MILABENCH_GPU_ARCH",
+    ):
         full_env.pop(key, None)
     full_env.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "milabench", *args], capture_output=True, text=True,
-        env=full_env, cwd=ROOT, timeout=120,
+        [sys.executable, "-m", "milabench", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=ROOT,
+        timeout=120,
     )
 
 
@@ -41,9 +50,18 @@ def matrix(config: str, *extra: str, **env: str) -> dict:
 
 
 CPU_ENTRIES = {
-    "flops-fp32", "flops-bf16", "convnet", "convnet-noio", "transformer-lm", "bert", "ddp",
-    "thirdparty", *(f"opbench-{op}" for op in
-                    ["matmul", "conv2d", "softmax", "layernorm", "embedding", "reduce", "elementwise"]),
+    "flops-fp32",
+    "flops-bf16",
+    "convnet",
+    "convnet-noio",
+    "transformer-lm",
+    "bert",
+    "ddp",
+    "thirdparty",
+    *(
+        f"opbench-{op}"
+        for op in ["matmul", "conv2d", "softmax", "layernorm", "embedding", "reduce", "elementwise"]
+    ),
 }
 KNOWN_TAGS = {"monogpu", "multigpu", "multinode", "nobatch", "noio", "diagnostic"}
 
@@ -109,15 +127,28 @@ def test_thirdparty_has_no_milabench_import():
 
 
 PER_GPU = {
-    "resnet50", "resnet50-noio", "convnext_large-fp32", "convnext_large-fp16",
-    "convnext_large-tf32", "convnext_large-tf32-fp16", "bert-fp32", "bert-fp16", "bert-tf32",
-    "llama-train", "fp16", "bf16", "tf32", "fp32",
+    "resnet50",
+    "resnet50-noio",
+    "convnext_large-fp32",
+    "convnext_large-fp16",
+    "convnext_large-tf32",
+    "convnext_large-tf32-fp16",
+    "bert-fp32",
+    "bert-fp16",
+    "bert-tf32",
+    "llama-train",
+    "fp16",
+    "bf16",
+    "tf32",
+    "fp32",
 }
 
 
 def test_standard_suite_on_eight_fake_gpus():
     entries = matrix("standard.yaml", MILABENCH_FAKE_GPUS="cuda:8:81920")
-    assert PER_GPU | {"llama-train-gpus", "llama-train-nodes", "ddp-gpus", "ddp-nodes"} == set(entries)
+    assert PER_GPU | {"llama-train-gpus", "llama-train-nodes", "ddp-gpus", "ddp-nodes"} == set(
+        entries
+    )
     for name in PER_GPU:
         procs = entries[name]["processes"]
         assert [p["tag"] for p in procs] == [f"{name}.D{i}" for i in range(8)], name

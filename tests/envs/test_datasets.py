@@ -8,12 +8,12 @@ import time
 from array import array
 
 import pytest
-from PIL import Image
 
 from benchkit.datasets import is_prepared, make_image_folder, make_token_file, prepared
 
 
 def test_image_folder(tmp_path, capsys):
+    Image = pytest.importorskip("PIL.Image")  # Pillow: requested in the `test` extra
     root = make_image_folder(tmp_path / "img", n_classes=3, per_class=4, size=32, seed=1)
     classes = sorted(p.name for p in root.iterdir() if p.is_dir())
     assert classes == ["c0000", "c0001", "c0002"]
@@ -37,6 +37,7 @@ def test_image_folder(tmp_path, capsys):
 
 
 def test_deterministic(tmp_path):
+    pytest.importorskip("PIL.Image")
     a = make_image_folder(tmp_path / "a", 2, 2, 16, seed=5, verbose=False)
     b = make_image_folder(tmp_path / "b", 2, 2, 16, seed=5, verbose=False)
     assert (a / "c0001" / "00001.jpeg").read_bytes() == (b / "c0001" / "00001.jpeg").read_bytes()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,9 +88,7 @@ def test_repeat_install_is_a_fast_no_op(mb):
     assert mb("install", "--select", "alpha,beta").returncode == 0
     logs_before = install_logs(mb.base)
     marker_before = (venv(mb.base, "alpha") / MARKER_NAME).read_text()
-    start = time.perf_counter()
-    proc = mb("install", "--select", "alpha,beta")
-    elapsed = time.perf_counter() - start
+    elapsed, proc = mb.timed("install", "--select", "alpha,beta")
     assert proc.returncode == 0, proc.stderr
     assert "up to date" in summary_row(proc.stdout, "alpha")
     assert "up to date" in summary_row(proc.stdout, "beta")
@@ -132,6 +130,8 @@ def test_force_recreates_the_environment(mb):
     assert "installed" in summary_row(proc.stdout, "alpha")
     assert not sentinel.exists()
     assert (venv(mb.base, "alpha") / MARKER_NAME).exists()
+    # the old environment was moved aside and deleted before the command returned
+    assert not list((mb.base / "venv").glob("alpha.trash-*"))
 
 
 def test_entry_pip_constraints_and_args(mb):
@@ -193,3 +193,50 @@ def test_disagreeing_pins_suggest_pin(mb):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = mb("install", "--select", "clash")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_into_current_env_installs_into_the_active_interpreter(mb, tmp_path):
+    """Run milabench from a venv that sees the global packages; install goes into it."""
+    active = tmp_path / "active"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "uv",
+            "venv",
+            "-q",
+            "--system-site-packages",
+            "--python",
+            sys.executable,
+            str(active),
+        ],
+        check=True,
+        env=mb.env,
+    )
+    python = str(active / "bin" / "python")
+    argv = [
+        python,
+        "-m",
+        "milabench",
+        "install",
+        "--config",
+        str(mb.config.parent / "extra.yaml"),
+        "--base",
+        str(mb.base),
+        "--select",
+        "intocurrent",
+        "--use-current-env",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=mb.env, timeout=120)
+    assert proc.returncode == 1  # only checked: mbtiny is not there
+    assert "import mbtiny failed" in proc.stdout
+    proc = subprocess.run(
+        [*argv, "--into-current-env"], capture_output=True, text=True, env=mb.env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "installed" in summary_row(proc.stdout, "intocurrent")
+    out = subprocess.run(
+        [python, "-c", "import mbtiny; print(mbtiny.__version__)"], capture_output=True, text=True
+    ).stdout
+    assert out == "2.0\n"
+    assert not (mb.base / "venv").exists()

@@ -86,3 +86,28 @@ def test_agrees_with_pip_config_list_on_this_machine():
         assert ours.extra_index_urls == listed["extra-index-url"].split()
     if "index-url" in listed:
         assert ours.index_url == listed["index-url"]
+
+
+def test_index_credentials_stay_out_of_command_lines(tmp_path):
+    env = environ(
+        tmp_path,
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_INDEX_URL="https://user:s3cret@pypi.example/simple",
+        PIP_EXTRA_INDEX_URL="https://other.example/simple",
+        PIP_FIND_LINKS="/w",
+    )
+    settings = read_pip_settings(env)
+    assert settings.has_credentials
+    assert "s3cret" not in " ".join(settings.uv_args())
+    assert settings.uv_args() == ["--find-links", "/w"]
+    assert settings.uv_env() == {
+        "UV_INDEX_URL": "https://user:s3cret@pypi.example/simple",
+        "UV_EXTRA_INDEX_URL": "https://other.example/simple",
+    }
+    plain = read_pip_settings(
+        environ(tmp_path, PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="https://pypi.example/simple")
+    )
+    assert plain.uv_env() == {} and plain.uv_args() == [
+        "--index-url",
+        "https://pypi.example/simple",
+    ]

@@ -84,7 +84,7 @@ def _run(cmd, marker: str, port: int, timeout: float) -> subprocess.CompletedPro
         raise
 
 
-def _run_cmd(ssh_cluster, tmp_path, marker, select, run_name):
+def _run_cmd(ssh_cluster, tmp_path, marker, select, run_name, suite=SUITE):
     system = ssh_cluster.system_yaml(tmp_path / "system.yaml")
     return [
         sys.executable,
@@ -92,7 +92,7 @@ def _run_cmd(ssh_cluster, tmp_path, marker, select, run_name):
         "milabench",
         "run",
         "--config",
-        str(SUITE),
+        str(suite),
         "--system",
         str(system),
         "--base",
@@ -133,6 +133,38 @@ def test_two_node_run_completes(ssh_cluster, tmp_path):
     # only rank 0 reports the (global) throughput
     assert not [e for e in worker_events if e["event"] == "data" and "rate" in e["data"]]
     assert _wait_none(marker, 5) == []
+
+
+def test_two_node_run_of_the_ddp_benchmark(ssh_cluster, tmp_path):
+    """The suite's own ddp benchmark (benchmarks/ddp) with num_machines: 2."""
+    marker = f"mb{uuid.uuid4().hex[:10]}"
+    suite = HERE / "suites" / "ddp-nodes.yaml"
+    cmd = _run_cmd(ssh_cluster, tmp_path, marker, "ddp-2nodes", "ddp", suite=suite)
+    proc = _run(cmd, marker, _free_port(), timeout=240)
+    run_dir = tmp_path / "base" / "runs" / "ddp"
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    names = sorted(os.listdir(run_dir))
+    assert {"ddp-2nodes.0.node0.data", "ddp-2nodes.0.node1.data"} <= set(names), names
+    events = list(read_events(run_dir / "ddp-2nodes.0.node0.data"))
+    rates = [e["data"]["rate"] for e in events if e["event"] == "data" and "rate" in e["data"]]
+    assert rates and min(rates) > 0
+    start = next(e for e in events if e["event"] == "start")["data"]["command"]
+    assert "--nnodes=2" in start and "--node-rank=0" in start
+    assert _wait_none(marker, 5) == []
+
+
+def test_multinode_entry_skipped_on_one_node(tmp_path):
+    """Without enough nodes the entry is skipped with the reason, not run."""
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "milabench", "run", "--config", str(SUITE),
+            "--base", str(tmp_path), "--use-current-env", "--select", "tinyddp-nodes",
+            "--run-name", "one", "--dash", "no",
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    text = (tmp_path / "runs" / "one" / "tinyddp-nodes.data").read_text()
+    assert "needs 2 nodes" in text, text[-1000:] + proc.stdout[-1000:] + proc.stderr[-1000:]
 
 
 def test_interrupting_two_node_run_stops_remote_processes(ssh_cluster, tmp_path):

@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import socket
+import sys
 import time
 import uuid
 
@@ -19,7 +20,7 @@ from milabench.plan.spec import ProcessSpec
 from milabench.remote.launcher import SSHLauncher
 from milabench.remote.ssh import ConnectionPool, SSHSettings, remote_command
 
-from .conftest import PYTHON
+PYTHON = sys.executable
 
 pytestmark = pytest.mark.ssh
 

@@ -10,7 +10,7 @@ import pytest
 
 from milabench.errors import NodeError
 from milabench.remote.ssh import ConnectionPool
-from milabench.remote.sync import copy_tree, detect_shared_base, sync_to_workers
+from milabench.remote.sync import copy_tree, detect_shared_base, sync_phase, sync_to_workers
 
 pytestmark = pytest.mark.ssh
 
@@ -86,3 +86,11 @@ def test_sync_unreachable_worker_names_it(ssh_cluster, tmp_path):
     )
     with pytest.raises(NodeError, match="gone"):
         asyncio.run(sync_to_workers(system, tmp_path, [tmp_path]))
+
+
+def test_sync_phase_lines(ssh_cluster, tmp_path, monkeypatch):
+    single = {"nodes": [{"name": "here", "ip": "127.0.0.1", "user": "root", "main": True}]}
+    assert sync_phase(single, tmp_path, [tmp_path]) == "workers: none (single node)"
+    monkeypatch.setenv("MILABENCH_FORCE_SSH", "1")
+    line = sync_phase(ssh_cluster.system(), tmp_path, [tmp_path])
+    assert line == "workers: node1 shared"
