@@ -427,10 +427,11 @@ class TimedIterator:
     # -- flush ------------------------------------------------------------------------
     def _flush(self) -> None:
         """Synchronise once, turn pending intervals into records, write them (rank 0)."""
-        starts, ends, sizes = self._starts, self._ends, self._sizes
-        self._starts, self._ends, self._sizes = [], [], []
-        losses, self._losses = self._losses, []
-        loss_times, self._loss_times = self._loss_times, []
+        # Copy and clear in place: the hot loop holds bound ``append``s of these lists.
+        starts, ends, sizes = self._starts.copy(), self._ends.copy(), self._sizes.copy()
+        losses, loss_times = self._losses.copy(), self._loss_times.copy()
+        for pending in (self._starts, self._ends, self._sizes, self._losses, self._loss_times):
+            pending.clear()
         first_index = self._reported
         self._reported += len(ends)
         if not ends and not losses:

@@ -264,3 +264,19 @@ def test_per_step_cost_sanity():
         pass
     per_step = (time.perf_counter() - t0) / n
     assert per_step < 50e-6
+
+
+@pytest.mark.parametrize("interval,max_pending", [(0.0, 10_000), (3600, 7), (0.001, 5)])
+def test_intermediate_flushes_lose_nothing(pipe, interval, max_pending):
+    """Live flushes (each tick on CPU, or every max_pending steps) keep every observation."""
+    it = make(pipe, Loader(40), stop=50, skip=3, interval=interval, max_pending=max_pending)
+    for _ in range(10):
+        for _ in it:
+            time.sleep(0.0005)
+        if it.done:
+            break
+    records = pipe.records()
+    rs = rates(records)
+    assert len(rs) == 50
+    assert [r["time"] for r in rs] == sorted(r["time"] for r in rs)
+    assert len(set(r["time"] for r in rs)) == 50  # no observation reported twice
