@@ -77,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
     if logs is not None:
         print(f"logs: {logs}")
     failed = [r.group for r in results if r.failed]
+    installed = [suite.base / "venv" / r.group for r in results if not r.failed]
+    if installed and not args.use_current_env:
+        from milabench.remote.sync import remote_nodes, sync_phase
+
+        if remote_nodes(suite.system):
+            print(sync_phase(suite.system, suite.base, installed))
     if failed:
         print(
             f"milabench: error: install failed for group(s): {', '.join(failed)}", file=sys.stderr

@@ -37,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     if logs is not None:
         print(f"logs: {logs}")
     failed = [r.name for r in results if r.failed]
+    from milabench.remote.sync import remote_nodes, sync_phase
+
+    if remote_nodes(suite.system) and len(failed) < len(results):
+        print(sync_phase(suite.system, suite.base, [suite.base / "data"]))
     if failed:
         print(f"milabench: error: prepare failed for: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -144,7 +144,7 @@ def _validate_nodes(nodes: Any, file: object) -> list[dict[str, Any]]:
     if not mains:
         out[0]["main"] = True
     for node in out:
-        node["local"] = is_local(node)
+        node["local"] = node["local"] if isinstance(node.get("local"), bool) else is_local(node)
     return out
 
 

@@ -30,7 +30,11 @@ def _wait_for(path: Path, content: str, timeout: float = 30.0) -> None:
 @pytest.fixture
 def tmux(tmp_path):
     if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (apt-get install tmux)")
+        from debian import ensure_packages
+
+        reason = ensure_packages("tmux")
+        if shutil.which("tmux") is None:
+            pytest.skip(f"tmux is not installed: {reason}")
     socket = f"mb-dash-{tmp_path.name}"
     base = ["tmux", "-L", socket]
     yield base

@@ -34,18 +34,12 @@ def _ensure_sshd() -> tuple[str | None, str]:
     sshd = _find_sshd()
     if sshd:
         return sshd, ""
-    if not shutil.which("apt-get"):
-        return None, "sshd missing and apt-get unavailable"
-    proc = subprocess.run(
-        ["apt-get", "install", "-y", "openssh-server"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-    )
+    from debian import ensure_packages
+
+    reason = ensure_packages("openssh-server", "openssh-client", "rsync")
     sshd = _find_sshd()
     if not sshd:
-        return None, f"apt-get install openssh-server failed: {proc.stderr.strip()[-300:]}"
+        return None, reason or "openssh-server installed but sshd not found"
     return sshd, ""
 
 

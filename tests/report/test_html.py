@@ -25,14 +25,12 @@ def chromium() -> str:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         if path := shutil.which(name):
             return path
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        proc = subprocess.run(["apt-get", "install", "-y", "chromium"], capture_output=True,
-                              text=True, env=env, timeout=900)  # fmt: skip
-        if proc.returncode == 0 and (path := shutil.which("chromium")):
-            return path
-        pytest.skip(f"chromium could not be installed: {proc.stderr.strip()[-300:]}")
-    pytest.skip("chromium is not installed and apt-get is not usable here")
+    from debian import ensure_packages
+
+    reason = ensure_packages("chromium")
+    if path := shutil.which("chromium"):
+        return path
+    pytest.skip(f"chromium could not be installed: {reason}")
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:

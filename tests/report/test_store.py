@@ -94,10 +94,10 @@ def postgres() -> str:
     pytest.importorskip("sqlalchemy", reason="SQLAlchemy (milabench[store]) is not installed")
     pytest.importorskip("psycopg", reason="psycopg (milabench[store]) is not installed")
     bindir = _pg_bin()
-    if bindir is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "install", "-y", "postgresql"], capture_output=True, env=env,
-                       timeout=900)  # fmt: skip
+    if bindir is None:
+        from debian import ensure_packages
+
+        ensure_packages("postgresql")
         bindir = _pg_bin()
     if bindir is None:
         pytest.skip("PostgreSQL server binaries are not installed and could not be installed")

@@ -1,0 +1,6 @@
+"""Shared test set-up: make the small helper modules of `tests/` importable."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
