@@ -177,3 +177,17 @@ def test_standard_weights_and_groups():
     assert sum(e["weight"] for e in entries.values()) > 0
     assert {e["install_group"] for e in entries.values()} == {"torch", "hf"}
     assert entries["convnext_large-tf32-fp16"]["install_variant"] == "cuda"
+
+
+@pytest.mark.parametrize("variant", ["cpu", "cuda"])
+def test_pins_agree_across_benchmarks(variant):
+    """Benchmarks of one install group share one environment: a package pinned at two
+    versions in two folders makes the group's install unsolvable."""
+    seen: dict[str, dict[str, str]] = {}
+    for path in BENCHMARKS.glob(f"*/requirements.{variant}.txt"):
+        for line in path.read_text().splitlines():
+            if "==" in line and not line.startswith((" ", "#")):
+                name, version = line.split("==", 1)
+                seen.setdefault(name.lower(), {})[version.strip()] = path.parent.name
+    conflicts = {name: versions for name, versions in seen.items() if len(versions) > 1}
+    assert not conflicts, conflicts
