@@ -20,7 +20,9 @@ def test_repository_constraint_files():
     cpu = (DEFAULT_DIR / "cpu.txt").read_text().splitlines()
     assert "torch==2.13.0" in cpu
     assert index_directives(DEFAULT_DIR / "cpu.txt") == []  # find-links / pip config
-    expected = {"cuda": "cu128", "rocm": "rocm6.4", "xpu": "xpu"}
+    # PyPI's torch 2.13.0 is the CUDA build: the cuda file names no extra index.
+    assert index_directives(DEFAULT_DIR / "cuda.txt") == []
+    expected = {"rocm": "rocm6.4", "xpu": "xpu"}
     for arch, suffix in expected.items():
         args = index_directives(DEFAULT_DIR / f"{arch}.txt")
         assert args == ["--extra-index-url", f"https://download.pytorch.org/whl/{suffix}"]
