@@ -50,7 +50,15 @@ def test_help_imports_nothing_heavy() -> None:
     )
     proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True)
     modules = set(json.loads(proc.stdout.strip().splitlines()[-1]))
-    for heavy in ("omegaconf", "yaml", "asyncssh", "torch", "blessed", "psutil", "milabench.config"):
+    for heavy in (
+        "omegaconf",
+        "yaml",
+        "asyncssh",
+        "torch",
+        "blessed",
+        "psutil",
+        "milabench.config",
+    ):
         assert heavy not in modules, f"{heavy} imported by --help"
 
 

@@ -61,8 +61,12 @@ def build_parser(selected: str | None) -> tuple[argparse.ArgumentParser, object 
     module = None
     for name, (modname, helptext) in COMMANDS.items():
         p = sub.add_parser(name, help=helptext, description=helptext)
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                       help="show Python tracebacks for user errors")
+        p.add_argument(
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="show Python tracebacks for user errors",
+        )
         if name == selected:
             module = importlib.import_module(modname)
             module.add_arguments(p)

@@ -37,21 +37,59 @@ def _split_csv(values: list[str] | None) -> list[str]:
 
 def add_suite_options(parser: argparse.ArgumentParser, *, selection: bool = True) -> None:
     """--config --base --system [--select --exclude] --override --use-current-env."""
-    add_option(parser, "config", default=None, metavar="PATH",
-               help="suite file (env MILABENCH_CONFIG; default: config/cpu.yaml)")
-    add_option(parser, "base", default=None, metavar="PATH",
-               help="base directory for venvs, data, runs (env MILABENCH_BASE; default ./results)")
-    add_option(parser, "system", default=None, metavar="PATH",
-               help="system file with nodes and options (env MILABENCH_SYSTEM)")
+    add_option(
+        parser,
+        "config",
+        default=None,
+        metavar="PATH",
+        help="suite file (env MILABENCH_CONFIG; default: config/cpu.yaml)",
+    )
+    add_option(
+        parser,
+        "base",
+        default=None,
+        metavar="PATH",
+        help="base directory for venvs, data, runs (env MILABENCH_BASE; default ./results)",
+    )
+    add_option(
+        parser,
+        "system",
+        default=None,
+        metavar="PATH",
+        help="system file with nodes and options (env MILABENCH_SYSTEM)",
+    )
     if selection:
-        add_option(parser, "select", action="append", default=[], metavar="A,B",
-                   help="keep benchmarks whose name, group, tag or folder matches")
-        add_option(parser, "exclude", action="append", default=[], metavar="A,B",
-                   help="remove benchmarks whose name, group, tag or folder matches")
-    add_option(parser, "override", action="append", default=[], metavar="KEY=VALUE",
-               help="OmegaConf dotlist override applied last (repeatable)")
-    add_option(parser, "use-current-env", action="store_true", default=False,
-               help="use the active environment instead of one environment per group")
+        add_option(
+            parser,
+            "select",
+            action="append",
+            default=[],
+            metavar="A,B",
+            help="keep benchmarks whose name, group, tag or folder matches",
+        )
+        add_option(
+            parser,
+            "exclude",
+            action="append",
+            default=[],
+            metavar="A,B",
+            help="remove benchmarks whose name, group, tag or folder matches",
+        )
+    add_option(
+        parser,
+        "override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="OmegaConf dotlist override applied last (repeatable)",
+    )
+    add_option(
+        parser,
+        "use-current-env",
+        action="store_true",
+        default=False,
+        help="use the active environment instead of one environment per group",
+    )
 
 
 def config_path(args: argparse.Namespace) -> Path:
