@@ -51,13 +51,7 @@ def add_suite_options(parser: argparse.ArgumentParser, *, selection: bool = True
         metavar="PATH",
         help="base directory for venvs, data, runs (env MILABENCH_BASE; default ./results)",
     )
-    add_option(
-        parser,
-        "system",
-        default=None,
-        metavar="PATH",
-        help="system file with nodes and options (env MILABENCH_SYSTEM)",
-    )
+    add_system_option(parser)
     if selection:
         add_option(
             parser,
@@ -90,6 +84,31 @@ def add_suite_options(parser: argparse.ArgumentParser, *, selection: bool = True
         default=False,
         help="use the active environment instead of one environment per group",
     )
+
+
+def add_system_option(parser: argparse.ArgumentParser) -> None:
+    add_option(
+        parser,
+        "system",
+        default=None,
+        metavar="PATH",
+        help="system file with nodes and options (env MILABENCH_SYSTEM)",
+    )
+
+
+def add_format_option(parser: argparse.ArgumentParser) -> None:
+    """--format yaml|json, for the commands that print the resolved suite."""
+    add_option(
+        parser,
+        "format",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="output format (default: yaml)",
+    )
+
+
+def add_validations_option(parser: argparse.ArgumentParser, help: str) -> None:
+    add_option(parser, "validations", action="append", default=[], metavar="A,B|all", help=help)
 
 
 def config_path(args: argparse.Namespace) -> Path:

@@ -11,17 +11,11 @@ import argparse
 import json
 import sys
 
-from milabench.cli.common import add_option, base_path, system_path
+from milabench.cli.common import add_option, add_system_option, base_path, system_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_option(
-        parser,
-        "system",
-        default=None,
-        metavar="PATH",
-        help="system file with nodes and options (env MILABENCH_SYSTEM)",
-    )
+    add_system_option(parser)
     add_option(
         parser,
         "base",

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from milabench.cli.common import add_option, add_suite_options
+from milabench.cli.common import add_option, add_suite_options, add_validations_option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,13 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write the report to FILE instead of standard output",
     )
-    add_option(
-        parser,
-        "validations",
-        action="append",
-        default=[],
-        metavar="A,B|all",
-        help="validation layers to add (error, ensure_rate, version are on by default)",
+    add_validations_option(
+        parser, "validation layers to add (error, ensure_rate, version are on by default)"
     )
     add_suite_options(parser)
 

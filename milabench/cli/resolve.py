@@ -10,18 +10,12 @@ import argparse
 import json
 import sys
 
-from milabench.cli.common import add_option, add_suite_options, load_suite_from_args
+from milabench.cli.common import add_format_option, add_suite_options, load_suite_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
-    add_option(
-        parser,
-        "format",
-        choices=("yaml", "json"),
-        default="yaml",
-        help="output format (default: yaml)",
-    )
+    add_format_option(parser)
 
 
 def dump(data: dict, fmt: str) -> str:

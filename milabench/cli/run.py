@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from milabench.cli.common import add_option, add_suite_options, base_path
+from milabench.cli.common import add_option, add_suite_options, add_validations_option, base_path
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
@@ -55,13 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="run the suite N times (tags gain R<k>)",
     )
-    add_option(
-        parser,
-        "validations",
-        action="append",
-        default=[],
-        metavar="A,B|all",
-        help="validation layers deciding the exit code (comma list, 'all', '-name')",
+    add_validations_option(
+        parser, "validation layers deciding the exit code (comma list, 'all', '-name')"
     )
     add_option(
         parser,

@@ -19,7 +19,8 @@ import psutil
 TOKEN_VAR = "MILABENCH_PROCESS_TOKEN"
 
 
-def _alive(proc: psutil.Process) -> bool:
+def alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (pid reuse safe: psutil checks the creation time)."""
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -62,7 +63,7 @@ def group_members(pgid: int) -> list[psutil.Process]:
         try:
             if os.getpgid(pid) == pgid:
                 proc = psutil.Process(pid)
-                if _alive(proc):
+                if alive(proc):
                     out.append(proc)
         except (OSError, psutil.Error):
             continue
@@ -106,13 +107,13 @@ class ProcessTracker:
         self.snapshot()
         found: dict[int, psutil.Process] = {}
         for proc in self.known.values():
-            if _alive(proc):
+            if alive(proc):
                 found[proc.pid] = proc
         for proc in group_members(self.pgid):
             found.setdefault(proc.pid, proc)
         if scan and self.token:
             for proc in token_processes(self.token):
-                if _alive(proc):
+                if alive(proc):
                     found.setdefault(proc.pid, proc)
         found.pop(self.pid, None)
         found.pop(os.getpid(), None)
@@ -134,12 +135,12 @@ class ProcessTracker:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         delay = 0.002
-        alive = [p for p in procs if _alive(p)]
-        while alive and loop.time() < deadline:
+        living = [p for p in procs if alive(p)]
+        while living and loop.time() < deadline:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
-            alive = [p for p in alive if _alive(p)]
-        return alive
+            living = [p for p in living if alive(p)]
+        return living
 
     async def kill_survivors(self, grace: float) -> int:
         """SIGTERM every survivor, SIGKILL what is left after ``grace``; returns the count."""
@@ -147,8 +148,8 @@ class ProcessTracker:
         if not procs:
             return 0
         self.signal_all(signal.SIGTERM, procs)
-        alive = await self.wait_gone(procs, grace)
-        procs = {p.pid: p for p in alive}
+        living = await self.wait_gone(procs, grace)
+        procs = {p.pid: p for p in living}
         for p in self.survivors():
             procs.setdefault(p.pid, p)
         if procs:

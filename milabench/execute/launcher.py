@@ -16,7 +16,7 @@ import signal
 import uuid
 from collections.abc import AsyncIterator
 
-from milabench.execute.cleanup import TOKEN_VAR, ProcessTracker
+from milabench.execute.cleanup import TOKEN_VAR, ProcessTracker, alive, token_processes
 from milabench.execute.lines import line_batches
 from milabench.plan.spec import ProcessSpec
 
@@ -71,6 +71,34 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         super().process_exited()  # may close the transport (and forget it)
 
 
+# Seconds the leader may look gone (reaped, or a zombie nobody reaps) while the child
+# watcher has not reported its exit, before `LocalHandle` trusts its own eyes instead.
+EXIT_PATIENCE = 3.0
+EXIT_POLL = 0.5
+
+# Handles whose processes may still run: what `kill_all_now` reaches when a stuck run
+# has to be ended from another thread (`milabench.execute.session`'s watchdog).
+_LIVE: set[LocalHandle] = set()
+
+
+def kill_all_now() -> int:
+    """SIGKILL every process of every live local handle, from any thread; no waiting.
+
+    The last resort of an interrupted run that did not end in time: it must not depend
+    on the event loop (which may be the thing that is stuck). Returns the handle count.
+    """
+    handles = list(_LIVE)  # one C-level copy: safe against the loop thread's changes
+    for handle in handles:
+        tracker = handle.tracker
+        procs = [p for p in list(tracker.known.values()) if alive(p)]
+        if tracker.leader is not None and alive(tracker.leader):
+            procs.append(tracker.leader)
+        if tracker.token:
+            procs += token_processes(tracker.token)
+        tracker.signal_all(signal.SIGKILL, procs)
+    return len(handles)
+
+
 class LocalHandle(ProcessHandle):
     def __init__(
         self,
@@ -79,6 +107,7 @@ class LocalHandle(ProcessHandle):
         data_reader: asyncio.StreamReader | None,
         data_transport: asyncio.BaseTransport | None,
         token: str,
+        transport: asyncio.SubprocessTransport | None = None,
     ) -> None:
         self.proc = proc
         self.protocol = protocol
@@ -88,8 +117,35 @@ class LocalHandle(ProcessHandle):
         self.stderr = line_batches(proc.stderr)
         self.data = line_batches(data_reader) if data_reader is not None else None
         self._data_transport = data_transport
+        self._transport = transport
         self.tracker = ProcessTracker(proc.pid, token)
         self._watch = asyncio.ensure_future(self.tracker.watch())
+        self._exit_watch = asyncio.ensure_future(self._watch_exit())
+        _LIVE.add(self)
+
+    async def _watch_exit(self) -> None:
+        """Resolve ``exited`` if the leader is gone yet its exit was never reported.
+
+        The exit normally comes from asyncio's child watcher. Should that report ever be
+        lost (the race fixed in `_ExitProtocol` was one such way), a benchmark without
+        ``max_duration`` would wait forever; so the leader is also looked at directly,
+        and once it has been gone (or an unreaped zombie) for `EXIT_PATIENCE` seconds,
+        the handle says it exited (status from the transport when known, else -1).
+        """
+        exited = self.protocol.exited
+        leader = self.tracker.leader
+        gone_since: float | None = None
+        loop = asyncio.get_running_loop()
+        while not exited.done():
+            await asyncio.sleep(EXIT_POLL)
+            if leader is not None and alive(leader):
+                gone_since = None
+                continue
+            now = loop.time()
+            gone_since = now if gone_since is None else gone_since
+            if now - gone_since >= EXIT_PATIENCE and not exited.done():
+                code = self.proc.returncode
+                exited.set_result(code if code is not None else -1)
 
     @property
     def returncode(self) -> int | None:
@@ -133,9 +189,27 @@ class LocalHandle(ProcessHandle):
         await self.tracker.kill_survivors(grace=1.0)
 
     def close(self) -> None:
+        """Let go of every pipe (even one a stray process still holds open) and forget us.
+
+        Called once the process is over and its output drained (or given up on): the
+        read ends are closed so that nothing can keep waiting on them, and no file
+        descriptor leaks from run to run.
+        """
         self._finish_watch()
+        self._exit_watch.cancel()
+        _LIVE.discard(self)
         if self._data_transport is not None:
             self._data_transport.close()
+        transport = self._transport
+        if transport is None:
+            return
+        for fd in (1, 2):
+            pipe = transport.get_pipe_transport(fd)
+            if pipe is not None:
+                pipe.close()
+        if transport.get_returncode() is not None:
+            # Only once reaped: closing a running subprocess transport would kill it.
+            transport.close()
 
 
 class LocalLauncher(Launcher):
@@ -185,4 +259,4 @@ class LocalLauncher(Launcher):
             data_transport, _ = await loop.connect_read_pipe(
                 lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
             )
-        return LocalHandle(proc, protocol, reader, data_transport, token)
+        return LocalHandle(proc, protocol, reader, data_transport, token, transport)

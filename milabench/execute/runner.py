@@ -161,6 +161,39 @@ async def _pump_data(batches, channel: _Channel) -> None:
         channel.feed(lines)
 
 
+async def _stop(
+    handle: ProcessHandle, grace: float, stop_event: asyncio.Event | None, hurry_grace: float
+) -> None:
+    """``handle.stop(grace)``, cut short when the run is interrupted meanwhile.
+
+    A timeout or early stop gives the benchmark ``grace`` seconds (5 by default) to
+    leave; a Ctrl-C/SIGTERM arriving during that time must not wait for them: a second
+    stop with the short interrupt grace is started, and both are awaited (both bounded).
+    """
+    if stop_event is None or stop_event.is_set():
+        grace = grace if stop_event is None else min(grace, hurry_grace)
+        await handle.stop(grace)
+        return
+    stopping = asyncio.ensure_future(handle.stop(grace))
+    hurry = asyncio.ensure_future(stop_event.wait())
+    try:
+        await asyncio.wait([stopping, hurry], return_when=asyncio.FIRST_COMPLETED)
+        if not stopping.done():
+            await handle.stop(min(grace, hurry_grace))
+        await stopping
+    finally:
+        hurry.cancel()
+        if not stopping.done():
+            stopping.cancel()
+
+
+# After the process is over (and its leftovers killed), how long its pipes may take to
+# reach end of file before they are closed anyway: only a process that escaped every
+# cleanup can hold them that long, and it must not hold the suite.
+DRAIN_TIMEOUT = 5.0
+DRAIN_TIMEOUT_INTERRUPTED = 1.0
+
+
 def _launcher_for(spec: ProcessSpec, launcher: Launcher | None) -> Launcher:
     if launcher is not None:
         return launcher
@@ -176,6 +209,34 @@ def _maybe_remote(specs: list[ProcessSpec], system: dict | None) -> Launcher | N
     if not needs_remote(specs, system or {}):
         return None
     return node_launcher(system)
+
+
+async def _first(own: asyncio.Event, job: asyncio.Event) -> None:
+    """Wait for this process's own ``stop``, or the job's; pass our own on to the job."""
+    own_wait = asyncio.ensure_future(own.wait())
+    job_wait = asyncio.ensure_future(job.wait())
+    try:
+        await asyncio.wait([own_wait, job_wait], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        own_wait.cancel()
+        job_wait.cancel()
+    if own.is_set():
+        job.set()
+
+
+def _one_job(specs: list[ProcessSpec]) -> bool:
+    """Processes on several nodes: one distributed job, stopped as a whole."""
+    nodes = {
+        (str(s.node.get("name")), str(s.node.get("ip"))) if s.node else ("", "") for s in specs
+    }
+    return len(specs) > 1 and len(nodes) > 1
+
+
+def _close(handle: ProcessHandle) -> None:
+    """Release the handle's pipes (launchers without ``close`` have nothing to release)."""
+    close = getattr(handle, "close", None)
+    if close is not None:
+        close()
 
 
 def _error_code(err: BaseException) -> int:
@@ -203,8 +264,14 @@ async def run_one(
     interrupt_grace: float = 2.5,
     system: dict | None = None,
     meta: dict | None = None,
+    job_stop: asyncio.Event | None = None,
 ) -> Outcome:
-    """Start one process, stream it, enforce its timeout, clean up, report its end."""
+    """Start one process, stream it, enforce its timeout, clean up, report its end.
+
+    ``job_stop`` is shared by the processes of one multi-node job: the rank that reports
+    ``stop`` sets it, and every process of the job then early-stops (a worker node never
+    sees the event itself, and would otherwise wait in a collective until its timeout).
+    """
     emit = _Emitter(spec.name, sinks)
     emit("config", redact(spec.entry))
     emit("meta", meta if meta is not None else await _meta(spec, system))
@@ -235,7 +302,10 @@ async def run_one(
         pumps.append(asyncio.ensure_future(_pump_data(handle.data, channel)))
 
     waiter = asyncio.ensure_future(handle.wait())
-    watched = [waiter, asyncio.ensure_future(channel.stopped.wait())]
+    stopped = asyncio.ensure_future(channel.stopped.wait())
+    if job_stop is not None:
+        stopped = asyncio.ensure_future(_first(channel.stopped, job_stop))
+    watched = [waiter, stopped]
     if stop_event is not None:
         watched.append(asyncio.ensure_future(stop_event.wait()))
     return_code: int | str | None = None
@@ -250,7 +320,7 @@ async def run_one(
             emit("message", {"message": "interrupted: stopping the benchmark"})
             await handle.stop(min(grace, interrupt_grace))
             return_code, stopped_by_us = INTERRUPTED, True
-        elif channel.stopped.is_set():
+        elif stopped.done():
             early = True
             remaining = None if timeout is None else max(began + timeout - time.time(), 0.0)
             wait_for = early_stop_grace if remaining is None else min(early_stop_grace, remaining)
@@ -261,38 +331,44 @@ async def run_one(
                 return_code = waiter.result()
             else:
                 emit("message", {"message": "early stop: terminating the remaining processes"})
-                interrupted = stop_event is not None and stop_event.is_set()
-                await handle.stop(min(grace, interrupt_grace) if interrupted else grace)
+                await _stop(handle, grace, stop_event, interrupt_grace)
                 return_code = waiter.result() if waiter.done() else -9
                 stopped_by_us = True
         else:
             emit(
                 "message", {"message": f"timeout: still running after {spec.timeout:g} s, stopped"}
             )
-            await handle.stop(grace)
+            await _stop(handle, grace, stop_event, interrupt_grace)
             return_code, stopped_by_us = TIMEOUT, True
         if not stopped_by_us:
             await handle.cleanup()
     except BaseException:
         # Orchestrator error or cancellation: never leave the process behind.
-        await asyncio.shield(handle.stop(min(grace, interrupt_grace)))
-        for task in pumps:
-            task.cancel()
+        try:
+            await asyncio.shield(handle.stop(min(grace, interrupt_grace)))
+        finally:
+            for task in pumps:
+                task.cancel()
+            _close(handle)
         raise
     finally:
-        for task in watched[1:]:
+        for task in watched:
             task.cancel()
         early = early or channel.stopped.is_set()
+        if channel.stopped.is_set() and job_stop is not None:
+            job_stop.set()
 
-    try:
-        await asyncio.wait_for(asyncio.gather(*pumps), timeout=5.0)
-    except TimeoutError:
+    interrupted = stop_event is not None and stop_event.is_set()
+    drain = DRAIN_TIMEOUT_INTERRUPTED if interrupted else DRAIN_TIMEOUT
+    done, pending = await asyncio.wait(pumps, timeout=drain)
+    if pending:
         emit("message", {"message": "output still open after the process ended; closed"})
-        for task in pumps:
+        for task in pending:
             task.cancel()
-    close = getattr(handle, "close", None)
-    if close is not None:
-        close()
+    _close(handle)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # a sink failed: as before, the run cannot go on
     end: dict[str, Any] = {"command": command, "time": time.time(), "return_code": return_code}
     if early:
         end["early_stop"] = True
@@ -317,6 +393,7 @@ async def run_specs(
         launcher = _maybe_remote(specs, system)
     # One meta record per benchmark: the machine part is cached, the probe once per venv.
     meta = await _meta(specs[0], system)
+    job_stop = asyncio.Event() if _one_job(specs) else None
     tasks = [
         asyncio.ensure_future(
             run_one(
@@ -328,6 +405,7 @@ async def run_specs(
                 early_stop_grace=early_stop_grace,
                 system=system,
                 meta=meta if spec.entry is specs[0].entry else None,
+                job_stop=job_stop,
             )
         )
         for spec in specs

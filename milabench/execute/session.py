@@ -4,16 +4,25 @@ Kept out of the command module so that it can be driven from tests and scripts. 
 (SIGINT) and SIGTERM set a stop event: running benchmarks are stopped (same path as a
 timeout, with a short grace) and recorded as INTERRUPTED, the partial report is printed
 and the exit code is 130 (143 for SIGTERM).
+
+A signal must end the run even if something in it is stuck (see `_Interrupts`): the
+run is cancelled if it has not ended `CANCEL_AFTER` seconds after the first signal (or
+at once on a second one), and a watchdog thread, which needs nothing from the event
+loop, kills every benchmark process and exits `HARD_EXIT_AFTER` seconds after it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import IO
 
+from milabench.execute.launcher import kill_all_now
 from milabench.execute.suite import BenchmarkResult, run_suite
 from milabench.sinks import make_console_sink
 from milabench.sinks.runfiles import RunFileSink
@@ -33,27 +42,129 @@ def _option(system: dict, name: str, default: float) -> float:
         return default
 
 
-async def _run(
-    suite, run_dir: Path, sinks: list, *, repeat: int, resume: bool
-) -> tuple[list[BenchmarkResult], int]:
-    loop = asyncio.get_running_loop()
-    stop_event = asyncio.Event()
-    interrupted = 0  # the signal number that stopped the run
+CANCEL_AFTER = 8.0  # seconds after the first signal: cancel the run (it should be over)
+HARD_EXIT_AFTER = 15.0  # seconds after the first signal: kill everything and exit
+REMOTE_CLOSE_TIMEOUT = 10.0
 
-    def on_signal(signum: int) -> None:
-        nonlocal interrupted
-        interrupted = interrupted or signum
-        stop_event.set()
 
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+class _Interrupts:
+    """SIGINT/SIGTERM handling that always ends the run, stuck or not.
+
+    Handlers are plain `signal.signal` handlers rather than the loop's: they run in the
+    main thread even while the loop is blocked (a stuck write, a lock), and talk to the
+    loop only through ``call_soon_threadsafe``. First signal: the stop event (the
+    orderly path: benchmarks stopped with a short grace, INTERRUPTED, partial report).
+    Then escalation, by time (`CANCEL_AFTER`) or by a second signal: the run's task is
+    cancelled (every process is still stopped on the way out). Last, by time
+    (`HARD_EXIT_AFTER`) or a third signal, a watchdog thread started up front (starting
+    a thread inside a handler could deadlock) SIGKILLs the benchmark processes and
+    calls ``os._exit``.
+    """
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.count = 0
+        self.first_at: float | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop_event: asyncio.Event | None = None
+        self.task: asyncio.Task | None = None
+        self.cancelled = False
+        self._previous: dict[int, object] = {}
+        self._done = threading.Event()
+        self._watchdog = threading.Thread(
+            target=self._watch, name="milabench-watchdog", daemon=True
+        )
+
+    def install(self) -> bool:
         try:
-            loop.add_signal_handler(sig, on_signal, int(sig))
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        except ValueError:  # not the main thread: leave signals alone
+            self.uninstall()
+            return False
+        self._watchdog.start()
+        return True
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+        self._done.set()
+
+    def attach(self, loop: asyncio.AbstractEventLoop, stop_event: asyncio.Event, task) -> None:
+        self.loop, self.stop_event, self.task = loop, stop_event, task
+        if self.count:  # a signal came before the loop was ready
+            loop.call_soon(stop_event.set)
+
+    def detach(self) -> None:
+        self.loop = self.stop_event = self.task = None
+
+    def _handler(self, signum: int, frame) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.signum = signum
+            self.first_at = time.monotonic()
+            self._to_loop(self._stop)
+        elif self.count == 2:
+            self._to_loop(self._cancel)
+        else:
+            self._hard_exit()
+
+    def _to_loop(self, callback) -> None:
+        loop = self.loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(callback)
+        except RuntimeError:  # the loop is closed: the run is over
             pass
+
+    def _stop(self) -> None:
+        if self.stop_event is not None:
+            self.stop_event.set()
+
+    def _cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.cancelled = True
+            self.task.cancel()
+
+    def _watch(self) -> None:
+        sent_cancel = False
+        while not self._done.wait(0.2):
+            if self.first_at is None:
+                continue
+            late = time.monotonic() - self.first_at
+            if late >= CANCEL_AFTER and not sent_cancel:
+                sent_cancel = True
+                self._to_loop(self._cancel)
+            if late >= HARD_EXIT_AFTER:
+                self._hard_exit()
+
+    def _hard_exit(self) -> None:
+        try:
+            kill_all_now()
+            os.write(2, b"milabench: interrupted; the run did not stop in time, killed\n")
+        finally:
+            os._exit(self.exit_code())
+
+    def exit_code(self) -> int:
+        return EXIT_INTERRUPTED if self.signum == signal.SIGINT else 128 + self.signum
+
+
+async def _run(
+    suite,
+    run_dir: Path,
+    sinks: list,
+    *,
+    repeat: int,
+    resume: bool,
+    interrupts: _Interrupts | None = None,
+) -> list[BenchmarkResult]:
+    stop_event = asyncio.Event()
+    if interrupts is not None:
+        interrupts.attach(asyncio.get_running_loop(), stop_event, asyncio.current_task())
     try:
-        results = await run_suite(
+        return await run_suite(
             suite.entries,
             suite.system,
             run_dir,
@@ -64,12 +175,19 @@ async def _run(
             grace=_option(suite.system, "run.grace", 5.0),
             early_stop_grace=_option(suite.system, "run.early_stop_grace", 2.0),
         )
+    except asyncio.CancelledError:
+        if interrupts is None or not interrupts.cancelled:
+            raise
+        return []  # the run files hold what was done; the report reads them
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
+        if interrupts is not None:
+            interrupts.detach()
         if "milabench.remote.dispatch" in sys.modules:  # close SSH connections, if any
-            await sys.modules["milabench.remote.dispatch"].node_launcher(suite.system).close()
-    return results, interrupted
+            launcher = sys.modules["milabench.remote.dispatch"].node_launcher(suite.system)
+            try:
+                await asyncio.wait_for(launcher.close(), REMOTE_CLOSE_TIMEOUT)
+            except (TimeoutError, OSError):
+                pass
 
 
 def summary_lines(results: list[BenchmarkResult]) -> list[str]:
@@ -121,17 +239,22 @@ def run_session(
     files = RunFileSink(run_dir)
     console = make_console_sink(dash, out, total=len(suite.entries) * repeat)
     sinks = [files] + ([console] if console is not None else [])
+    interrupts = _Interrupts()
+    interrupts.install()
     try:
-        results, interrupted = asyncio.run(
-            _run(suite, run_dir, sinks, repeat=repeat, resume=resume)
-        )
+        try:
+            results = asyncio.run(
+                _run(suite, run_dir, sinks, repeat=repeat, resume=resume, interrupts=interrupts)
+            )
+        finally:
+            for sink in sinks:
+                sink.close()
+        out.write(f"\nRun folder: {run_dir}\n")
+        code = print_report(suite, run_dir, results, validations or [], out)
+        out.flush()
     finally:
-        for sink in sinks:
-            sink.close()
-    out.write(f"\nRun folder: {run_dir}\n")
-    code = print_report(suite, run_dir, results, validations or [], out)
-    out.flush()
-    if interrupted:
+        interrupts.uninstall()
+    if interrupts.signum:
         print("milabench: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED if interrupted == signal.SIGINT else 128 + interrupted
+        return interrupts.exit_code()
     return code

@@ -201,7 +201,8 @@ class RemoteHandle(ProcessHandle):
                 ["sh", "-c", script, "milabench-kill", f"{TOKEN_VAR}={self.token}"],
                 timeout=SIGNAL_TIMEOUT,
             )
-        except NodeError:
+        except Exception:  # NodeError, or the connection failing under us (asyncssh, OSError)
+            # A stop must never raise or stall: closing the channel is what is left.
             self._process.close()
 
     async def send_signal(self, signame: str) -> None:
