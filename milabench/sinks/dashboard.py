@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from milabench.events import as_float
+
 _BAR_WIDTH = 20
 
 
@@ -63,16 +65,6 @@ def _benchmark_name(tag: str, event: dict) -> str:
     if event.get("event") == "config" and isinstance(data, dict) and data.get("name"):
         return str(data["name"])
     return tag.split(".", 1)[0]
-
-
-def _as_number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if value in ("NaN", "nan"):
-        return math.nan
-    return None
 
 
 def _gpu_summary(gpudata: dict) -> dict[str, Any]:
@@ -123,12 +115,12 @@ class _State:
         row = self.row(tag, event)
         if name == "data" and isinstance(data, dict):
             if "rate" in data:
-                rate = _as_number(data["rate"])
+                rate = as_float(data["rate"])
                 if rate is not None:
                     row.rate = rate
                     row.units = str(data.get("units", ""))
             elif "loss" in data:
-                row.loss = _as_number(data["loss"])
+                row.loss = as_float(data["loss"])
             elif "progress" in data:
                 prog = data["progress"]
                 if isinstance(prog, list | tuple) and len(prog) == 2:
@@ -220,7 +212,7 @@ class PlainDashboard:
                 now = time.monotonic()
                 if now - self._last_rate.get(tag, -math.inf) >= self.rate_every:
                     self._last_rate[tag] = now
-                    rate = _as_number(data["rate"])
+                    rate = as_float(data["rate"])
                     self._print(
                         f"[{tag}] {data.get('task', 'train')} rate {_number(rate)} {data.get('units', '')}"
                     )

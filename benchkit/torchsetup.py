@@ -1,0 +1,112 @@
+"""The start of every torch benchmark: common options, device, seed, threads, precision.
+
+Why one module: each ``benchmarks/<name>/main.py`` used to repeat the same options
+(``--device --threads --precision --seed``) and the same first lines of ``main()``, and
+copies drift (one forgot ``cudnn.allow_tf32``, another spelled the device default
+differently). Scripts keep their own options and models; only this common part lives here.
+
+Only the standard library is imported at module level (benchkit's rule): torch is
+imported inside the functions, so ``main.py --help`` stays cheap and this file imports
+in an environment without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: ``--precision`` values: fp32 means real fp32 (TF32 off), fp16/bf16 mean autocast.
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+# Autocast dtype name per precision; ``tf32-fp16``: TF32 for what stays fp32, fp16 autocast.
+_AMP = {"fp16": "float16", "tf32-fp16": "float16", "bf16": "bfloat16"}
+_TF32 = ("tf32", "tf32-fp16")
+
+
+def default_device() -> str:
+    """``cuda`` when torch sees a GPU, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def add_common_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    precisions: Sequence[str] | None = PRECISIONS,
+    default_precision: str = "fp32",
+    seed: bool = True,
+    threads_help: str = "intra-op CPU threads",
+) -> None:
+    """Add ``--precision`` (unless ``precisions`` is None), ``--device``, ``--threads``
+    and ``--seed`` (unless ``seed`` is false), with the defaults the suites rely on."""
+    if precisions is not None:
+        parser.add_argument("--precision", choices=list(precisions), default=default_precision)
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if any)")
+    parser.add_argument("--threads", type=int, default=None, help=threads_help)
+    if seed:
+        parser.add_argument("--seed", type=int, default=0)
+
+
+def amp_dtype(precision: str | None) -> Any:
+    """The autocast dtype of a ``--precision`` value, None for no autocast."""
+    import torch
+
+    name = _AMP.get(precision or "")
+    return getattr(torch, name) if name else None
+
+
+@dataclass
+class Setup:
+    """What the common start of ``main()`` decided."""
+
+    device: Any  # torch.device
+    amp_dtype: Any  # torch.dtype | None
+
+    def autocast(self) -> Any:
+        """Autocast context for the forward pass (a no-op without a mixed precision)."""
+        import torch
+
+        return torch.autocast(
+            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
+        )
+
+    def grad_scaler(self) -> Any:
+        """Loss scaler, enabled only for fp16 (bf16 and fp32 do not underflow)."""
+        import torch
+
+        return torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
+
+
+def setup(args: argparse.Namespace, *, device: Any = None, cudnn_benchmark: bool = False) -> Setup:
+    """Seed, pick the device, set the CPU threads and the TF32 flags.
+
+    ``device`` overrides ``--device`` (a script that picked a per-rank device itself);
+    ``args`` may lack ``--seed`` or ``--precision`` (then: no seeding, no autocast).
+    On CUDA, TF32 is allowed only for ``tf32`` precisions, so that fp32 means fp32.
+    """
+    import torch
+
+    if getattr(args, "seed", None) is not None:
+        torch.manual_seed(args.seed)
+    device = torch.device(device or args.device or default_device())
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    precision = getattr(args, "precision", None)
+    if device.type == "cuda":
+        allow = precision in _TF32
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        torch.backends.cudnn.allow_tf32 = allow
+        if cudnn_benchmark:
+            torch.backends.cudnn.benchmark = True
+    return Setup(device, amp_dtype(precision))
+
+
+def optimizer_step(loss: Any, opt: Any, scaler: Any) -> None:
+    """One optimiser step from ``loss``: clear the gradients, scaled backward, step."""
+    opt.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
