@@ -255,3 +255,46 @@ def _write_tokens(path: Path, n_tokens: int, vocab_size: int, seed: int, dtype: 
             if sys.byteorder != "little":
                 values.byteswap()
             out.write(values.tobytes())
+
+
+def data_dir(name: str) -> str:
+    """``$MILABENCH_DIR_DATA/<name>``: where the runner keeps datasets (``data/`` by hand)."""
+    return os.path.join(os.environ.get("MILABENCH_DIR_DATA", "data"), name)
+
+
+def prepare_image_folder(
+    argv: list[str] | None,
+    *,
+    bench: str,
+    description: str,
+    folder: str,
+    classes: int,
+    per_class: int,
+    size_option: str,
+    size: int,
+) -> None:
+    """The whole ``prepare.py`` of a benchmark that trains on a JPEG folder.
+
+    prepare.py gets the same argv as main.py, so unknown options are ignored; only
+    ``--data`` (default ``$MILABENCH_DIR_DATA/<folder>``), ``--classes``,
+    ``--images-per-class``, the image size option (``size_option``, e.g.
+    ``--image-size``) and ``--synthetic-data`` (nothing to prepare) matter.
+    """
+    import argparse  # lazily: only prepare scripts parse options here
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data", default=None, help=f"default: $MILABENCH_DIR_DATA/{folder}")
+    parser.add_argument(size_option, dest="size", type=int, default=size)
+    parser.add_argument("--classes", type=int, default=classes)
+    parser.add_argument("--images-per-class", type=int, default=per_class)
+    parser.add_argument("--synthetic-data", action="store_true")
+    args, _unknown = parser.parse_known_args(argv)
+    if args.synthetic_data:
+        print(f"{bench}: synthetic data, nothing to prepare", flush=True)
+        return
+    make_image_folder(
+        args.data or data_dir(folder),
+        n_classes=args.classes,
+        per_class=args.images_per_class,
+        size=args.size,
+    )

@@ -16,6 +16,7 @@ import itertools
 import torch
 
 from benchkit.timing import TimedIterator
+from benchkit.torchsetup import add_common_arguments, optimizer_step, setup
 
 SIZES = {
     # name: (hidden, layers, heads, intermediate, vocab)
@@ -26,20 +27,13 @@ SIZES = {
 }
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"], default="fp32")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="intra-op CPU threads")
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -77,20 +71,13 @@ def mlm_batches(args: argparse.Namespace, vocab: int, device: torch.device):
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    torch.manual_seed(args.seed)
-    device = torch.device(args.device or default_device())
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if device.type == "cuda":
-        allow = args.precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = allow
-        torch.backends.cudnn.allow_tf32 = allow
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    run = setup(args)
+    device = run.device
 
     model, vocab = make_model(args.size, args.seq_len)
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
+    scaler = run.grad_scaler()
     n_params = sum(p.numel() for p in model.parameters())
     print(
         f"bert: {args.size} ({n_params / 1e6:.1f}M parameters), batch {args.batch_size}x{args.seq_len}, "
@@ -102,12 +89,9 @@ def main(argv: list[str] | None = None) -> None:
         mlm_batches(args, vocab, device), batch_size_fn=lambda b: b[0].shape[0], device=device
     )
     for inputs, attention, labels in timed:
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        with run.autocast():
             loss = model(input_ids=inputs, attention_mask=attention, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        optimizer_step(loss, opt, scaler)
         timed.record_loss(loss)
 
 

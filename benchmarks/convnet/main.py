@@ -20,17 +20,11 @@ import torch
 import torch.nn.functional as F
 from model import ResNet
 
+from benchkit.datasets import data_dir
 from benchkit.timing import TimedIterator
+from benchkit.torchsetup import add_common_arguments, optimizer_step, setup
 
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def default_data_dir() -> str:
-    return os.path.join(os.environ.get("MILABENCH_DIR_DATA", "data"), "convnet-jpeg")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,10 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1000, help="upper bound; the budget ends it")
     parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16", "tf32"], default="fp32")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="intra-op CPU threads")
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser, precisions=["fp32", "bf16", "fp16", "tf32"])
     return parser.parse_args(argv)
 
 
@@ -95,7 +86,7 @@ class ImageFolder(torch.utils.data.Dataset):
 
 
 def make_loader(args: argparse.Namespace) -> tuple[torch.utils.data.DataLoader, int]:
-    dataset = ImageFolder(args.data or default_data_dir(), args.image_size)
+    dataset = ImageFolder(args.data or data_dir("convnet-jpeg"), args.image_size)
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=args.batch_size,
@@ -123,21 +114,10 @@ def synthetic_batches(args: argparse.Namespace):
     return itertools.repeat((images, labels))
 
 
-def autocast_dtype(precision: str) -> torch.dtype | None:
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    torch.manual_seed(args.seed)
-    device = torch.device(args.device or default_device())
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if device.type == "cuda":
-        allow = args.precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = allow
-        torch.backends.cudnn.allow_tf32 = allow
-        torch.backends.cudnn.benchmark = True
+    run = setup(args, cudnn_benchmark=True)
+    device = run.device
 
     if args.synthetic_data:
         batches, num_classes = synthetic_batches(args), args.classes
@@ -150,8 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     model = ResNet(num_classes, args.width, blocks, small_input=args.image_size < 128).to(device)
     model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
-    amp_dtype = autocast_dtype(args.precision)
+    scaler = run.grad_scaler()
     mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255
     print(
@@ -168,12 +147,9 @@ def main(argv: list[str] | None = None) -> None:
             images = images.to(device, non_blocking=True).float().sub_(mean).div_(std)
             images = images.contiguous(memory_format=torch.channels_last)
             labels = labels.to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            with run.autocast():
                 loss = F.cross_entropy(model(images), labels)
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
+            optimizer_step(loss, opt, scaler)
             timed.record_loss(loss)
         if timed.done:
             break

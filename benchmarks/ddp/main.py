@@ -23,26 +23,19 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchkit.timing import TimedIterator
+from benchkit.torchsetup import add_common_arguments, default_device, optimizer_step, setup
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default=None, help="gloo, nccl, ... (default: by device)")
-    parser.add_argument("--device", default=None, help="device type: cpu, cuda, ...")
     parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--features", type=int, default=512)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"], default="fp32")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="CPU threads per rank (default: CPUs / local ranks)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser, threads_help="CPU threads per rank (default: CPUs / local ranks)")
     return parser.parse_args(argv)
 
 
@@ -56,9 +49,9 @@ def make_model(args: argparse.Namespace) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-def setup(args: argparse.Namespace) -> tuple[torch.device, int, int]:
+def setup_distributed(args: argparse.Namespace) -> tuple[torch.device, int, int]:
     """Join the process group when launched by torchrun; pick this rank's device."""
-    device_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device_type = args.device or default_device()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     if device_type == "cpu":
@@ -80,18 +73,14 @@ def setup(args: argparse.Namespace) -> tuple[torch.device, int, int]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device, rank, world = setup(args)
-    torch.manual_seed(args.seed)  # same initial weights on every rank
-    if device.type == "cuda":
-        allow = args.precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = allow
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    device, rank, world = setup_distributed(args)
+    run = setup(args, device=device)  # the same seed: the same initial weights on every rank
 
     model = make_model(args).to(device)
     if world > 1:
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
+    scaler = run.grad_scaler()
 
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)  # different data per rank
     pool = [
@@ -113,12 +102,9 @@ def main(argv: list[str] | None = None) -> None:
     timed = TimedIterator(itertools.cycle(pool), batch_size_fn=lambda b: len(b[1]), device=device)
     try:
         for x, y in timed:
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            with run.autocast():
                 loss = F.cross_entropy(model(x), y)
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
+            optimizer_step(loss, opt, scaler)
             timed.record_loss(loss)
         if dist.is_initialized():
             # Leave together: a rank that tears down while its peer is still in a

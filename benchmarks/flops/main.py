@@ -20,6 +20,7 @@ import time
 import torch
 
 from benchkit.timing import TimedIterator
+from benchkit.torchsetup import add_common_arguments, setup
 
 DTYPES = {
     "fp32": torch.float32,
@@ -30,14 +31,9 @@ DTYPES = {
 }
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if any)")
     parser.add_argument(
         "--size", type=int, default=None, help="m = n = k (default: 1024 on cpu, 8192 else)"
     )
@@ -45,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--repeat", type=int, default=None, help="matmuls per timed step (default: ~50 ms of work)"
     )
     parser.add_argument("--step-ms", type=float, default=50.0, help="target step time for --repeat")
-    parser.add_argument("--threads", type=int, default=None, help="intra-op CPU threads")
+    add_common_arguments(parser, precisions=None, seed=False)  # --dtype is the precision
     return parser.parse_args(argv)
 
 
@@ -86,9 +82,7 @@ def calibrate_repeat(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, target
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device = torch.device(args.device or default_device())
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    device = setup(args).device
     configure_precision(args.dtype, device.type)
     on_cpu = device.type == "cpu"
     size = args.size or (1024 if on_cpu else 8192)

@@ -20,6 +20,7 @@ import os
 import torch
 
 from benchkit.timing import TimedIterator
+from benchkit.torchsetup import add_common_arguments, default_device, optimizer_step, setup
 
 SIZES = {
     # name: (hidden, layers, heads, kv heads, intermediate, vocab)
@@ -30,26 +31,19 @@ SIZES = {
 }
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"], default="bf16")
     parser.add_argument(
         "--gradient-checkpointing", action="store_true", help="trade compute for memory"
     )
-    parser.add_argument("--device", default=None)
     parser.add_argument(
         "--backend", default=None, help="collectives under torchrun (default: by device)"
     )
-    parser.add_argument("--threads", type=int, default=None, help="intra-op CPU threads")
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser, default_precision="bf16")
     return parser.parse_args(argv)
 
 
@@ -86,15 +80,8 @@ def make_model(size: str, seq_len: int):
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    torch.manual_seed(args.seed)
     device, rank = setup_distributed(args, args.device or default_device())
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if device.type == "cuda":
-        allow = args.precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = allow
-        torch.backends.cudnn.allow_tf32 = allow
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    run = setup(args, device=device)
 
     model, vocab = make_model(args.size, args.seq_len)
     if args.gradient_checkpointing:
@@ -107,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=device.type == "cuda")
-    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
+    scaler = run.grad_scaler()
     n_params = sum(p.numel() for p in model.parameters())
     if rank == 0:
         print(
@@ -125,12 +112,9 @@ def main(argv: list[str] | None = None) -> None:
         itertools.cycle(pool), batch_size_fn=lambda ids: ids.numel(), device=device, units="Tok/s"
     )
     for ids in timed:
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        with run.autocast():
             loss = model(input_ids=ids, labels=ids).loss
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        optimizer_step(loss, opt, scaler)
         timed.record_loss(loss)
 
 

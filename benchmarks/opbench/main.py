@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from benchkit.channel import default_writer
 from benchkit.timing import TimedIterator
+from benchkit.torchsetup import add_common_arguments, setup
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 OPS = ("matmul", "conv2d", "softmax", "layernorm", "embedding", "reduce", "elementwise")
@@ -256,18 +257,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--modes", default="fwd,fwdbwd")
     parser.add_argument("--case-ms", type=float, default=2.0, help="time per case per round")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="intra-op CPU threads")
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser, precisions=None)  # --dtypes: one case per dtype
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    torch.manual_seed(args.seed)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    device = setup(args).device
     dtypes = (args.dtypes or ("fp32,bf16" if device.type == "cpu" else "fp32,fp16,bf16")).split(",")
     cases = build_cases(args.op, args.shapes.split(","), dtypes, args.modes.split(","), device)
     calibrate(cases, args.case_ms / 1000.0, device)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 
 import torch
 import torch.nn.functional as F
 
+from benchkit.datasets import data_dir
 from benchkit.timing import TimedIterator
+from benchkit.torchsetup import PRECISIONS, add_common_arguments, optimizer_step, setup
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,19 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-workers", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=1000)
     parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument(
-        "--precision", choices=["fp32", "tf32", "fp16", "bf16", "tf32-fp16"], default="fp32"
-    )
     parser.add_argument("--channels-last", action="store_true")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--no-stdout", action="store_true", help="accepted for upstream suites")
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser, precisions=[*PRECISIONS, "tf32-fp16"])
     return parser.parse_args(argv)
-
-
-def default_data_dir() -> str:
-    return os.path.join(os.environ.get("MILABENCH_DIR_DATA", "data"), "FakeImageNet")
 
 
 def make_loader(args: argparse.Namespace, device: torch.device):
@@ -65,7 +57,7 @@ def make_loader(args: argparse.Namespace, device: torch.device):
 
     normalize = transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
     dataset = datasets.ImageFolder(
-        args.data or default_data_dir(),
+        args.data or data_dir("FakeImageNet"),
         transforms.Compose(
             [
                 transforms.RandomResizedCrop(args.image_size),
@@ -91,25 +83,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torchvision
 
-    torch.manual_seed(args.seed)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    tf32 = args.precision in ("tf32", "tf32-fp16")
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-        torch.backends.cudnn.benchmark = True
-    amp_dtype = {"fp16": torch.float16, "tf32-fp16": torch.float16, "bf16": torch.bfloat16}.get(
-        args.precision
-    )
+    run = setup(args, cudnn_benchmark=True)
+    device = run.device
 
     model = torchvision.models.get_model(args.model, weights=None, num_classes=args.classes)
     model = model.to(device)
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
     model = model.to(memory_format=memory_format)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
+    scaler = run.grad_scaler()
     batches, epochs = make_loader(args, device)
     print(
         f"torchvision: {args.model}, batch {args.batch_size}, {args.precision}, "
@@ -123,12 +105,9 @@ def main(argv: list[str] | None = None) -> None:
         for images, labels in timed:
             images = images.to(device, non_blocking=True).contiguous(memory_format=memory_format)
             labels = labels.to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            with run.autocast():
                 loss = F.cross_entropy(model(images), labels)
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
+            optimizer_step(loss, opt, scaler)
             timed.record_loss(loss)
         if timed.done:
             break

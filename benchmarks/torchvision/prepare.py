@@ -5,26 +5,19 @@ Gets the same argv as main.py; entries with ``--synthetic-data`` need nothing.
 
 from __future__ import annotations
 
-import argparse
-import os
-
-from benchkit.datasets import make_image_folder
+from benchkit.datasets import prepare_image_folder
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=None)
-    parser.add_argument("--classes", type=int, default=1000)
-    parser.add_argument("--images-per-class", type=int, default=16)
-    parser.add_argument("--source-size", type=int, default=256)
-    parser.add_argument("--synthetic-data", action="store_true")
-    args, _unknown = parser.parse_known_args(argv)
-    if args.synthetic_data:
-        print("torchvision: synthetic data, nothing to prepare", flush=True)
-        return
-    root = args.data or os.path.join(os.environ.get("MILABENCH_DIR_DATA", "data"), "FakeImageNet")
-    make_image_folder(
-        root, n_classes=args.classes, per_class=args.images_per_class, size=args.source_size
+    prepare_image_folder(
+        argv,
+        bench="torchvision",
+        description=__doc__.splitlines()[0],
+        folder="FakeImageNet",
+        classes=1000,
+        per_class=16,
+        size_option="--source-size",
+        size=256,
     )
 
 

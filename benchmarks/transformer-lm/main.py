@@ -20,10 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchkit.timing import TimedIterator
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+from benchkit.torchsetup import add_common_arguments, optimizer_step, setup
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,10 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16", "tf32"], default="fp32")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="intra-op CPU threads")
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser, precisions=["fp32", "bf16", "fp16", "tf32"])
     return parser.parse_args(argv)
 
 
@@ -113,19 +107,12 @@ def token_batches(args: argparse.Namespace, device: torch.device):
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    torch.manual_seed(args.seed)
-    device = torch.device(args.device or default_device())
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if device.type == "cuda":
-        allow = args.precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = allow
-        torch.backends.cudnn.allow_tf32 = allow
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    run = setup(args)
+    device = run.device
 
     model = GPT(args.vocab, args.seq_len, args.dim, args.heads, args.layers).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
+    scaler = run.grad_scaler()
     n_params = sum(p.numel() for p in model.parameters())
     print(
         f"transformer-lm: {n_params / 1e6:.1f}M parameters, batch {args.batch_size}x{args.seq_len}, "
@@ -141,13 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     model.train()
     for inputs, targets in timed:
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        with run.autocast():
             logits = model(inputs)
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        optimizer_step(loss, opt, scaler)
         timed.record_loss(loss)
 
 

@@ -99,6 +99,28 @@ def kill_all_now() -> int:
     return len(handles)
 
 
+_RUNNING = object()
+
+
+def _peek_exit(pid: int | None) -> object:
+    """``_RUNNING``, the exit status of our unreaped child ``pid``, or None (reaped).
+
+    ``waitid(WNOWAIT)`` reads a zombie's status without reaping it, so asyncio's child
+    watcher still gets it; the status is the one asyncio would report (negative signal).
+    """
+    if pid is None:
+        return None
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None  # already reaped (by the watcher): its report is on its way, or lost
+    if info is None:
+        return _RUNNING
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return -info.si_status  # killed or dumped: the signal number
+
+
 class LocalHandle(ProcessHandle):
     def __init__(
         self,
@@ -129,23 +151,27 @@ class LocalHandle(ProcessHandle):
         The exit normally comes from asyncio's child watcher. Should that report ever be
         lost (the race fixed in `_ExitProtocol` was one such way), a benchmark without
         ``max_duration`` would wait forever; so the leader is also looked at directly,
-        and once it has been gone (or an unreaped zombie) for `EXIT_PATIENCE` seconds,
-        the handle says it exited (status from the transport when known, else -1).
+        and once it has been over for `EXIT_PATIENCE` seconds without a report, the
+        handle reports the exit itself: the status of the unreaped zombie (read with
+        ``WNOWAIT``, which leaves the reaping to the watcher), else the transport's, else
+        -1.
         """
         exited = self.protocol.exited
-        leader = self.tracker.leader
-        gone_since: float | None = None
+        over_since: float | None = None
         loop = asyncio.get_running_loop()
         while not exited.done():
             await asyncio.sleep(EXIT_POLL)
-            if leader is not None and alive(leader):
-                gone_since = None
+            status = _peek_exit(self.pid)
+            if status is _RUNNING:
+                over_since = None
                 continue
             now = loop.time()
-            gone_since = now if gone_since is None else gone_since
-            if now - gone_since >= EXIT_PATIENCE and not exited.done():
-                code = self.proc.returncode
-                exited.set_result(code if code is not None else -1)
+            over_since = now if over_since is None else over_since
+            if now - over_since < EXIT_PATIENCE or exited.done():
+                continue
+            if status is None:
+                status = self.proc.returncode
+            exited.set_result(status if status is not None else -1)
 
     @property
     def returncode(self) -> int | None:
@@ -172,9 +198,12 @@ class LocalHandle(ProcessHandle):
         leftovers = self.tracker.survivors()
         if self.returncode is None or leftovers:
             self.tracker.signal_all(signal.SIGKILL, leftovers)
-            if self.returncode is None:
+            if self.returncode is None and _peek_exit(self.pid) is _RUNNING:
+                # Not Popen.kill(): it polls first, and that would reap the process
+                # behind the child watcher's back (which then reports status 255).
+                # An unreaped child's pid cannot be reused: this kill is safe.
                 try:
-                    self.proc.kill()
+                    os.kill(self.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             await self.tracker.wait_gone(leftovers, 2.0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -342,7 +343,7 @@ async def run_one(
             return_code, stopped_by_us = TIMEOUT, True
         if not stopped_by_us:
             await handle.cleanup()
-    except BaseException:
+    except BaseException as err:
         # Orchestrator error or cancellation: never leave the process behind.
         try:
             await asyncio.shield(handle.stop(min(grace, interrupt_grace)))
@@ -350,6 +351,9 @@ async def run_one(
             for task in pumps:
                 task.cancel()
             _close(handle)
+            if isinstance(err, asyncio.CancelledError):  # a forced interruption: say so
+                end = {"command": command, "time": time.time(), "return_code": INTERRUPTED}
+                emit("end", end)
         raise
     finally:
         for task in watched:
@@ -420,5 +424,49 @@ async def run_specs(
 
 
 def run_specs_sync(specs: list[ProcessSpec], sinks: list, **kwargs: Any) -> list[Outcome]:
-    """`run_specs` for callers without an event loop (tests, `envs`, prepare)."""
-    return asyncio.run(run_specs(specs, sinks, **kwargs))
+    """`run_specs` for callers without an event loop (tests, `envs`, prepare).
+
+    Ctrl-C cancels the run (asyncio's own handling: KeyboardInterrupt once every process
+    is stopped). SIGTERM gets the same treatment, ending in ``SystemExit(143)``: its
+    default action would kill only us, and leave the command's processes (each in a
+    session of its own) running. A second SIGTERM kills them and exits at once.
+    """
+    import signal
+    import threading
+
+    terminated = 0
+    task: asyncio.Task | None = None
+
+    with asyncio.Runner() as runner:
+        loop = runner.get_loop()
+
+        async def main() -> list[Outcome]:
+            nonlocal task
+            task = asyncio.current_task()
+            if terminated and task is not None:  # SIGTERM came while the loop started
+                task.cancel()
+            return await run_specs(specs, sinks, **kwargs)
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            nonlocal terminated
+            terminated += 1
+            if terminated > 1:
+                from milabench.execute.launcher import kill_all_now
+
+                kill_all_now()
+                os._exit(128 + signum)
+            if task is not None:
+                loop.call_soon_threadsafe(task.cancel)
+
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            return runner.run(main())
+        except asyncio.CancelledError:
+            if terminated:
+                raise SystemExit(128 + signal.SIGTERM) from None
+            raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)

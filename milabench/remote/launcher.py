@@ -31,6 +31,7 @@ from milabench.remote.ssh import PGID_PREFIX, ConnectionPool, remote_command, sh
 
 _EOF = None
 SIGNAL_TIMEOUT = 5.0  # seconds for one remote kill round trip
+EXIT_POLL = 0.1  # seconds between looks at whether sshd reported the exit status
 
 
 class _Batches:
@@ -160,16 +161,32 @@ class RemoteHandle(ProcessHandle):
         self._pgid_known.set()
 
     async def wait(self) -> int:
-        """Exit status (negative signal number when the remote leader was signalled)."""
+        """Exit status (negative signal number when the remote leader was signalled).
+
+        Returns once sshd has reported the exit status, even if the channel stays open:
+        sshd keeps it open while anything (a leftover daemon) holds the remote output,
+        and waiting for the close would make a finished benchmark run until its timeout.
+        The runner then cleans the leftovers up and drains the output (bounded).
+        """
         if self.returncode is None:
-            await self._process.wait_closed()
-            await asyncio.gather(*self._pumps, return_exceptions=True)
+            closed = asyncio.ensure_future(self._process.wait_closed())
+            try:
+                while not closed.done() and not self._exit_known():
+                    await asyncio.wait([closed], timeout=EXIT_POLL)
+            finally:
+                if not closed.done():
+                    closed.cancel()
+            if closed.done():
+                await asyncio.gather(*self._pumps, return_exceptions=True)
             status = self._process.exit_status
             if status is None or status < 0:
                 sig = self._process.exit_signal
                 status = -_signal_number(sig[0]) if sig else 255
             self.returncode = int(status)
         return self.returncode
+
+    def _exit_known(self) -> bool:
+        return self._process.exit_status is not None or self._process.exit_signal is not None
 
     async def _remote_kill(self, signame: str, *, token_scan: bool) -> None:
         """One round trip: signal the remote group and, optionally, token holders.

@@ -160,9 +160,7 @@ def test_early_stopped_torchrun_is_ended(tmp_path, mark):
     bench = tmp_path / "bench" / "esddp"
     bench.mkdir(parents=True)
     (bench / "main.py").write_text(TORCHRUN_WORKER)
-    entry = make_entry(
-        "esddp", tmp_path, definition=bench, mark=mark, plan={"method": "torchrun"}
-    )
+    entry = make_entry("esddp", tmp_path, definition=bench, mark=mark, plan={"method": "torchrun"})
     entry["max_duration"] = 60
     run_dir = tmp_path / "runs" / "es"
     sink = RunFileSink(run_dir)
@@ -353,3 +351,50 @@ def test_early_stop_reaches_every_node_of_a_job(mark):
     assert wait_no_marked(mark, timeout=1.0) == []
     ends = {t: e["data"] for t, e in sink.events if e["event"] == "end"}
     assert ends["job.node1"]["early_stop"] is True
+
+
+SYNC_DRIVER = """
+import sys
+from milabench.execute.runner import run_specs_sync
+from milabench.plan.spec import ProcessSpec
+code = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    "print('started', flush=True); time.sleep(60)"
+)
+spec = ProcessSpec(tag=["step"], argv=[sys.executable, "-c", code],
+                   env={"MILABENCH_TEST_MARK": sys.argv[1]}, entry={"name": "step"})
+class Echo:
+    def on_event(self, tag, event):
+        if event["event"] in ("line", "end"):
+            print(event["event"], event["data"], flush=True)
+    def close(self):
+        pass
+run_specs_sync([spec], [Echo()])
+"""
+
+
+def test_sigterm_ends_a_sync_step_and_its_processes(tmp_path, mark):
+    """`run_specs_sync` (install, prepare): SIGTERM used to kill only milabench and leave
+    the step's processes (in sessions of their own) running; now they are stopped and
+    the command exits 143 within the interrupt grace."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SYNC_DRIVER, mark],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "line started"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out + err
+    assert "Unknown child process" not in err  # nothing reaped behind asyncio's back
+    assert "Traceback" not in err
+    assert "'return_code': 'INTERRUPTED'" in out
+    assert took < 4.5, took
+    assert wait_no_marked(mark, timeout=0.5) == []
