@@ -213,7 +213,7 @@ def _maybe_remote(specs: list[ProcessSpec], system: dict | None) -> Launcher | N
 
 
 async def _first(own: asyncio.Event, job: asyncio.Event) -> None:
-    """Wait for this process's own ``stop``, or the job's; pass our own on to the job."""
+    """Wait for this process's own ``stop``, or for the job's end (see `run_one`)."""
     own_wait = asyncio.ensure_future(own.wait())
     job_wait = asyncio.ensure_future(job.wait())
     try:
@@ -221,8 +221,6 @@ async def _first(own: asyncio.Event, job: asyncio.Event) -> None:
     finally:
         own_wait.cancel()
         job_wait.cancel()
-    if own.is_set():
-        job.set()
 
 
 def _one_job(specs: list[ProcessSpec]) -> bool:
@@ -269,9 +267,11 @@ async def run_one(
 ) -> Outcome:
     """Start one process, stream it, enforce its timeout, clean up, report its end.
 
-    ``job_stop`` is shared by the processes of one multi-node job: the rank that reports
-    ``stop`` sets it, and every process of the job then early-stops (a worker node never
-    sees the event itself, and would otherwise wait in a collective until its timeout).
+    ``job_stop`` is shared by the processes of one multi-node job: it is set once the
+    process that reported ``stop`` is over (exited or stopped), and the others then get
+    the early-stop grace to end on their own before they are stopped too. A worker node
+    never sees the event itself and, were its peer gone while it sits in a collective,
+    would otherwise wait until its ``max_duration``.
     """
     emit = _Emitter(spec.name, sinks)
     emit("config", redact(spec.entry))
@@ -303,9 +303,9 @@ async def run_one(
         pumps.append(asyncio.ensure_future(_pump_data(handle.data, channel)))
 
     waiter = asyncio.ensure_future(handle.wait())
-    stopped = asyncio.ensure_future(channel.stopped.wait())
-    if job_stop is not None:
-        stopped = asyncio.ensure_future(_first(channel.stopped, job_stop))
+    stopped = asyncio.ensure_future(
+        channel.stopped.wait() if job_stop is None else _first(channel.stopped, job_stop)
+    )
     watched = [waiter, stopped]
     if stop_event is not None:
         watched.append(asyncio.ensure_future(stop_event.wait()))

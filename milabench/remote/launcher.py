@@ -31,6 +31,7 @@ from milabench.remote.ssh import PGID_PREFIX, ConnectionPool, remote_command, sh
 
 _EOF = None
 SIGNAL_TIMEOUT = 5.0  # seconds for one remote kill round trip
+START_TIMEOUT = 60.0  # seconds for sshd to open the session channel of a benchmark
 EXIT_POLL = 0.1  # seconds between looks at whether sshd reported the exit status
 
 
@@ -302,9 +303,14 @@ class SSHLauncher(Launcher):
         token = uuid.uuid4().hex
         command = self.command_for(spec, token)
         try:
-            process = await conn.create_process(command, encoding="utf-8", errors="replace")
+            # Bounded: an unresponsive sshd behind a live TCP connection would otherwise
+            # never answer the channel request, and the run would wait here for good.
+            process = await asyncio.wait_for(
+                conn.create_process(command, encoding="utf-8", errors="replace"), START_TIMEOUT
+            )
         except Exception as err:
-            raise NodeError(f"node {node_label(node)}: cannot start {spec.name}: {err}") from err
+            why = f"no answer in {START_TIMEOUT:g} s" if isinstance(err, TimeoutError) else err
+            raise NodeError(f"node {node_label(node)}: cannot start {spec.name}: {why}") from err
         return RemoteHandle(
             self.pool, node, process, command, token, split_data=spec.data_channel != "smuggle"
         )

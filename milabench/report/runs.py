@@ -194,6 +194,8 @@ def read_file(path: Path) -> FileResult:
             fr.has_end = True
             fr.end_time = as_float(data.get("time"))
             fr.return_code = data.get("return_code")
+            if data.get("early_stop") is True:  # stopped by the runner after its budget
+                fr.early_stop = True
     if fr.return_code == SKIPPED and fr.skip_reason is None:
         note = fr.messages[-1].removeprefix("skipped: ") if fr.messages else None
         fr.skip_reason = "skipped: capability" + (f" ({note})" if note else "")
