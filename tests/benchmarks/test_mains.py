@@ -62,40 +62,12 @@ def test_flops_reports_tflops(dtype, python):
 
 def test_convnet_trains_on_prepared_jpegs(tmp_path, python):
     data = tmp_path / "jpeg"
-    prep = run_with_pipe(
-        [
-            python,
-            "prepare.py",
-            "--data",
-            str(data),
-            "--classes",
-            "3",
-            "--images-per-class",
-            "24",
-            "--image-size",
-            "32",
-        ],
-        bench_env(),
-        BENCHMARKS / "convnet",
-    )
+    prepare = [python, "prepare.py", "--data", str(data), "--classes", "3"]
+    prepare += ["--images-per-class", "24", "--image-size", "32"]
+    prep = run_with_pipe(prepare, bench_env(), BENCHMARKS / "convnet")
     assert prep.returncode == 0, prep.stderr
     assert len(list(data.glob("*/*.jpeg"))) == 72 and (data / "done").exists()
-    again = run_with_pipe(
-        [
-            python,
-            "prepare.py",
-            "--data",
-            str(data),
-            "--classes",
-            "3",
-            "--images-per-class",
-            "24",
-            "--image-size",
-            "32",
-        ],
-        bench_env(),
-        BENCHMARKS / "convnet",
-    )
+    again = run_with_pipe(prepare, bench_env(), BENCHMARKS / "convnet")
     assert "already prepared" in again.stdout
     run = run_with_pipe(
         [
