@@ -220,13 +220,8 @@ def load_system(path: str | Path | None = None, base: str | Path | None = None) 
         raise ConfigError.at(file, "system", "arch", "expected a string")
     system["arch"] = arch
 
-    gpu = system.get("gpu")
-    if gpu is None:
-        gpu = {}
-    if not isinstance(gpu, dict):
-        raise ConfigError.at(file, "system", "gpu", "expected a mapping")
+    gpu = _section(system, "gpu", file)
     devices = accel.devices()
-    gpu = dict(gpu)
     if gpu.get("count") is None:
         gpu["count"] = len(devices)
     if gpu.get("capacity") is None:
@@ -238,12 +233,7 @@ def load_system(path: str | Path | None = None, base: str | Path | None = None) 
         raise ConfigError.at(file, "system", "gpu.capacity", f"unreadable size {gpu['capacity']!r}")
     system["gpu"] = gpu
 
-    cpu = system.get("cpu")
-    if cpu is None:
-        cpu = {}
-    if not isinstance(cpu, dict):
-        raise ConfigError.at(file, "system", "cpu", "expected a mapping")
-    cpu = dict(cpu)
+    cpu = _section(system, "cpu", file)
     if cpu.get("count") is None:
         cpu["count"] = (
             len(os.sched_getaffinity(0))
@@ -265,3 +255,13 @@ def load_system(path: str | Path | None = None, base: str | Path | None = None) 
     if file is not None:
         system["config_file"] = str(file)
     return system
+
+
+def _section(system: dict, key: str, file: object) -> dict:
+    """A copy of the optional mapping ``system[key]`` (empty when absent), checked."""
+    value = system.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError.at(file, "system", key, "expected a mapping")
+    return dict(value)

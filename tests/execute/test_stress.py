@@ -254,16 +254,21 @@ def _wait_for(path, needle, proc, timeout=30.0):
     pytest.fail(f"never saw {needle!r} in {path.name}:\n{out}\n{err}")
 
 
+def _sigterm(proc: subprocess.Popen) -> tuple[str, str, float]:
+    """SIGTERM the driver; its output and how long it took to exit."""
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    return out, err, time.monotonic() - t0
+
+
 def test_sigterm_during_early_stop_grace(tmp_path, mark):
     """SIGTERM while the runner gives a SIGTERM-ignoring benchmark its 5 s of grace after
     an early stop: the run ends within the short interrupt grace, with exit code 143."""
     proc, data = _start_driver(tmp_path, mark, cancel_after=8.0, hard_exit_after=15.0)
     try:
         _wait_for(data, "early stop: terminating", proc)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=20)
-        took = time.monotonic() - t0
+        out, err, took = _sigterm(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -287,10 +292,7 @@ def test_watchdog_ends_a_stuck_run(tmp_path, mark):
             time.sleep(0.05)
         _wait_for(data, '"stop"', proc)
         time.sleep(0.3)  # the loop is now blocked in the injected fault
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=20)
-        took = time.monotonic() - t0
+        out, err, took = _sigterm(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -385,10 +387,7 @@ def test_sigterm_ends_a_sync_step_and_its_processes(tmp_path, mark):
     )
     try:
         assert proc.stdout.readline().strip() == "line started"
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=20)
-        took = time.monotonic() - t0
+        out, err, took = _sigterm(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
