@@ -9,6 +9,13 @@ deviation (sample std / mean) of those means is the number the CPU suite promise
 under 10%. It also reports the wall time of each run (process start to exit), so the
 table says what the suite costs.
 
+The machine itself is the other suspect: on a shared virtual machine the host's load
+changes the speed of everything. Right before each run the script therefore times a bare
+baseline, ``--floor-seconds`` of a fixed pure-Python loop in one process per CPU (no torch,
+no memory traffic), and the ``floor RSD`` column is that baseline's RSD over the same
+runs. A benchmark whose RSD is close to the floor's is as stable as the machine allows;
+one far above it has a variance of its own to hunt.
+
 Usage::
 
     python scripts/suite_stability.py --config config/cpu.yaml --repeat 3 \
@@ -147,15 +154,55 @@ def run_once(entry: dict, proc: dict, timeout: float) -> tuple[list[float], floa
     return rates, wall, result.returncode
 
 
-def summarise(name: str, runs: list[tuple[list[float], float, int]], units: str) -> dict:
+FLOOR_LOOP = """
+import sys, time
+end = time.perf_counter() + float(sys.argv[1])
+n = 0
+while time.perf_counter() < end:
+    s = 0
+    for i in range(10000):
+        s += i * i
+    n += 1
+print(n)
+"""
+
+
+def floor_probe(seconds: float) -> float:
+    """Iterations/s of a fixed pure-Python loop run in one process per CPU at once."""
+    if seconds <= 0:
+        return float("nan")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", FLOOR_LOOP, str(seconds)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(os.cpu_count() or 1)
+    ]
+    total = 0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=seconds + 30)
+        total += int(out.strip() or 0)
+    return total / seconds
+
+
+def rsd_of(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    if len(values) < 2:
+        return float("nan")
+    return statistics.stdev(values) / statistics.fmean(values)
+
+
+def summarise(
+    name: str, runs: list[tuple[list[float], float, int]], units: str, floors: list[float]
+) -> dict:
     means = [statistics.fmean(r) for r, _w, rc in runs if r and rc == 0]
-    rsd = statistics.stdev(means) / statistics.fmean(means) if len(means) > 1 else float("nan")
     return {
         "name": name,
         "units": units,
         "means": means,
         "mean": statistics.fmean(means) if means else float("nan"),
-        "rsd": rsd,
+        "rsd": rsd_of(means),
+        "floors": floors,
+        "floor_rsd": rsd_of(floors),
         "wall": [round(w, 1) for _r, w, _rc in runs],
         "failures": sum(1 for _r, _w, rc in runs if rc != 0),
     }
@@ -163,14 +210,17 @@ def summarise(name: str, runs: list[tuple[list[float], float, int]], units: str)
 
 def markdown(rows: list[dict], repeat: int, load: tuple[float, float]) -> str:
     out = [
-        f"| benchmark | units | mean of {repeat} runs | RSD | wall s per run |",
-        "|---|---|---:|---:|---|",
+        f"| benchmark | units | mean of {repeat} runs | RSD | floor RSD | wall s per run |",
+        "|---|---|---:|---:|---:|---|",
     ]
     for row in rows:
         out.append(
             f"| {row['name']} | {row['units']} | {row['mean']:.4g} | {row['rsd'] * 100:.1f}% | "
-            f"{', '.join(str(w) for w in row['wall'])} |"
+            f"{row['floor_rsd'] * 100:.1f}% | {', '.join(str(w) for w in row['wall'])} |"
         )
+    passed = sum(1 for row in rows if row["rsd"] < 0.10)
+    out.append("")
+    out.append(f"RSD under 10%: {passed} of {len(rows)} entries.")
     total = sum(sum(r["wall"]) for r in rows) / max(repeat, 1)
     out.append("")
     out.append(
@@ -187,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", default=None)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument(
+        "--floor-seconds",
+        type=float,
+        default=1.0,
+        help="bare-baseline probe before each run (0: none)",
+    )
     parser.add_argument("--prepare", action="store_true", help="run `milabench prepare` first")
     parser.add_argument("--markdown", default=None, help="write the table here")
     parser.add_argument("--json", default=None, help="write the raw numbers here")
@@ -213,19 +269,24 @@ def main(argv: list[str] | None = None) -> int:
     for entry, proc in resolved_processes(args.config, args.base, args.select):
         units = "?"
         runs = []
+        floors = []
         for k in range(args.repeat):
+            floors.append(floor_probe(args.floor_seconds))
             rates, wall, rc = run_once(entry, proc, args.timeout)
             runs.append((rates, wall, rc))
             mean = statistics.fmean(rates) if rates else float("nan")
             print(
                 f"{entry['name']} run {k + 1}: mean {mean:.4g} over {len(rates)} obs, "
-                f"{wall:.1f} s, rc={rc}",
+                f"{wall:.1f} s, rc={rc} (floor {floors[-1]:.0f}/s)",
                 flush=True,
             )
         units = _units_of(entry)
-        rows.append(summarise(entry["name"], runs, units))
+        rows.append(summarise(entry["name"], runs, units, floors))
         row = rows[-1]
-        print(f"== {row['name']}: RSD {row['rsd'] * 100:.1f}%", flush=True)
+        print(
+            f"== {row['name']}: RSD {row['rsd'] * 100:.1f}% (floor {row['floor_rsd'] * 100:.1f}%)",
+            flush=True,
+        )
     load_after = os.getloadavg()[0]
 
     table = markdown(rows, args.repeat, (load_before, load_after))

@@ -12,10 +12,14 @@ How it measures:
    ``--case-ms`` (small operators are called many times, large ones a few);
 2. rounds: one round runs every case ``k`` times, timing every call (``perf_counter`` on
    CPU; device events on accelerators, converted after the round so that nothing
-   synchronises between calls). Rounds go through `benchkit.timing.TimedIterator`, with
-   ``sum(k)`` calls as the round's batch size: the scored ``train`` rate is calls/s over
-   all cases, which is about the mean of the per-case call rates (each case gets the same
-   share of time) and does not depend on the calibration;
+   synchronises between calls). Rounds go through `benchkit.timing.TimedIterator`; the
+   scored ``train`` rate of a round is the **geometric mean over cases of the per-case
+   call rates** (calls/s) in that round. Why not total calls / round time: that figure is
+   dominated by whichever tiny cases got the largest ``k``, and ``k`` comes from a noisy
+   calibration, so it moved by up to 20% between runs while every per-case rate agreed
+   within a few percent (and it weighted the cases differently on every machine). The
+   geometric mean gives every case the same weight, does not depend on ``k`` and is the
+   usual way to summarise a set of heterogeneous micro-benchmarks;
 3. at the end, one record per case (warm-up rounds excluded): ``task`` =
    ``<op>.<variant>.<shape>.<dtype>.<mode>``, ``rate`` in calls/s, ``latency_ms`` with
    p50/p90/p99 and the mean, and ``elements/s`` of the input.
@@ -248,6 +252,51 @@ def case_record(case: Case) -> dict:
     }
 
 
+class RoundSize:
+    """The "batch size" of one round, known only once the round ran.
+
+    `TimedIterator` reports ``size / duration`` and reads sizes with ``float()`` at its
+    next flush, after the round. Setting ``value = G * round_seconds`` (``G``: geometric
+    mean of the round's per-case call rates, ``round_seconds``: the round as timed here,
+    which is the iterator's own interval up to the loop's bookkeeping) makes the reported
+    rate ``G``, while the budget, warm-up, progress and stop logic stay the iterator's.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = math.nan
+
+    def __float__(self) -> float:
+        return self.value
+
+
+class RoundWork:
+    """Hands `TimedIterator` one `RoundSize` per round and fills it after the round."""
+
+    def __init__(self) -> None:
+        self.current = RoundSize()
+
+    def next_round(self, _index: int) -> RoundSize:
+        self.current = RoundSize()
+        return self.current
+
+    def finish(self, cases: list[Case], marks: list[int], seconds: float) -> None:
+        self.current.value = geometric_mean_rate(cases, marks) * seconds
+
+
+def geometric_mean_rate(cases: list[Case], marks: list[int]) -> float:
+    """Geometric mean over cases of calls/s, from the samples added since ``marks``."""
+    logs = []
+    for case, mark in zip(cases, marks, strict=True):
+        new = case.samples[mark:]
+        spent = sum(new)
+        if not new or spent <= 0:
+            return math.nan
+        logs.append(math.log(len(new) / spent))
+    return math.exp(sum(logs) / len(logs)) if logs else math.nan
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--op", choices=OPS, required=True)
@@ -275,16 +324,20 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     timer = CallTimer(device)
+    work = RoundWork()
     rounds = TimedIterator(
-        itertools.count(), batch_size_fn=lambda _r: calls_per_round, device=device, units="calls/s"
+        itertools.count(), batch_size_fn=work.next_round, device=device, units="calls/s"
     )
     for index in rounds:
         if index == rounds.skip:
             for case in cases:  # warm-up rounds do not count in the latencies either
                 case.samples.clear()
+        marks = [len(case.samples) for case in cases]
+        start = time.perf_counter()
         for case in cases:
             timer.run(case)
         timer.collect()
+        work.finish(cases, marks, time.perf_counter() - start)
 
     writer = default_writer()
     for case in cases:

@@ -219,6 +219,11 @@ def test_opbench_latency_records(op, python):
         assert case["task"].startswith(op + ".")
     names = {c["task"] for c in cases}
     assert f"{op}.skewed.bf16.fwdbwd" in names or f"{op}.sum.skewed.bf16.fwdbwd" in names
+    # The scored rate is a geometric mean of per-case call rates: it lies between the
+    # slowest and the fastest case (a total-calls rate would sit next to the fastest).
+    case_rates = [c["rate"] for c in cases]
+    for record in run.rates():
+        assert min(case_rates) / 3 < record["rate"] < max(case_rates) * 3
 
 
 @pytest.mark.slow

@@ -99,6 +99,53 @@ def test_cpu_commands_resolve_placeholders():
     assert not any("{" in arg for e in entries.values() for arg in e["command"])
 
 
+FAULTS_PROBE = """
+import ctypes, resource
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 64 << 20
+def cycle():
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    libc.free(block)
+cycle()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    cycle()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _page_faults(extra_env: dict[str, str]) -> int:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.update(extra_env)
+    out = subprocess.run(
+        [sys.executable, "-c", FAULTS_PROBE], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc allocator settings")
+def test_cpu_suite_allocator_settings_stop_page_faults():
+    """Every CPU entry carries the allocator variables, and they do what the suite says.
+
+    Without them glibc maps a 64 MiB block afresh at each allocation (16,384 page faults
+    per allocate/touch/free cycle, the run-to-run variance source measured in
+    docs/benchmarks.md); with them the freed block is reused and faults stop.
+    """
+    entries = matrix("cpu.yaml", MILABENCH_GPU_ARCH="cpu")
+    envs = {name: entry.get("env") or {} for name, entry in entries.items()}
+    settings = envs["flops-fp32"]
+    assert settings.get("MALLOC_MMAP_MAX_") == "0" and "MALLOC_TRIM_THRESHOLD_" in settings
+    assert all(env == settings for env in envs.values()), envs
+    assert _page_faults({}) > 5 * 10_000  # the default: ~16k faults per cycle
+    assert _page_faults(settings) < 1_000
+    standard = matrix("standard.yaml", MILABENCH_FAKE_GPUS="cuda:8:81920")
+    assert not any("MALLOC_MMAP_MAX_" in (e.get("env") or {}) for e in standard.values())
+
+
 @pytest.mark.parametrize("folder", sorted(p.name for p in BENCHMARKS.iterdir() if p.is_dir()))
 def test_folder_contract(folder):
     path = BENCHMARKS / folder
