@@ -9,7 +9,8 @@ one operator family (``--op``) over a matrix of cases: shapes (``small``, ``larg
 How it measures:
 
 1. calibration: each case gets a repeat count ``k`` so that ``k`` calls last about
-   ``--case-ms`` (small operators are called many times, large ones a few);
+   ``--case-ms``, or ``--round-ms`` shared by all cases (small operators are called many
+   times, large ones a few);
 2. rounds: one round runs every case ``k`` times, timing every call (``perf_counter`` on
    CPU; device events on accelerators, converted after the round so that nothing
    synchronises between calls). Rounds go through `benchkit.timing.TimedIterator`; the
@@ -306,6 +307,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--modes", default="fwd,fwdbwd")
     parser.add_argument("--case-ms", type=float, default=2.0, help="time per case per round")
+    parser.add_argument(
+        "--round-ms",
+        type=float,
+        default=None,
+        help="time per round, shared by the cases (wins over --case-ms): every operator "
+        "family then has rounds of the same length whatever its number of cases",
+    )
     add_common_arguments(parser, precisions=None)  # --dtypes: one case per dtype
     return parser.parse_args(argv)
 
@@ -315,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     device = setup(args).device
     dtypes = (args.dtypes or ("fp32,bf16" if device.type == "cpu" else "fp32,fp16,bf16")).split(",")
     cases = build_cases(args.op, args.shapes.split(","), dtypes, args.modes.split(","), device)
-    calibrate(cases, args.case_ms / 1000.0, device)
+    case_ms = args.round_ms / len(cases) if args.round_ms else args.case_ms
+    calibrate(cases, case_ms / 1000.0, device)
     calls_per_round = sum(c.repeat for c in cases)
     print(
         f"opbench: {args.op}, {len(cases)} cases, {calls_per_round} calls per round on {device}, "
