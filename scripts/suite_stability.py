@@ -178,9 +178,15 @@ def floor_probe(seconds: float) -> float:
         for _ in range(os.cpu_count() or 1)
     ]
     total = 0
-    for proc in procs:
-        out, _ = proc.communicate(timeout=seconds + 30)
-        total += int(out.strip() or 0)
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=seconds + 30)
+            total += int(out.strip() or 0)
+    finally:
+        for proc in procs:  # a probe that hung must not outlive the harness
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return total / seconds
 
 

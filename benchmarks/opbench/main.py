@@ -298,6 +298,17 @@ def geometric_mean_rate(cases: list[Case], marks: list[int]) -> float:
     return math.exp(sum(logs) / len(logs)) if logs else math.nan
 
 
+def positive_ms(text: str) -> float:
+    """A duration in milliseconds that must be > 0 (0 or less would time nothing)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 ms, got {text!r}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--op", choices=OPS, required=True)
@@ -306,10 +317,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--dtypes", default=None, help="default: fp32,bf16 on cpu, fp32,fp16,bf16 else"
     )
     parser.add_argument("--modes", default="fwd,fwdbwd")
-    parser.add_argument("--case-ms", type=float, default=2.0, help="time per case per round")
+    parser.add_argument("--case-ms", type=positive_ms, default=2.0, help="time per case per round")
     parser.add_argument(
         "--round-ms",
-        type=float,
+        type=positive_ms,
         default=None,
         help="time per round, shared by the cases (wins over --case-ms): every operator "
         "family then has rounds of the same length whatever its number of cases",
@@ -323,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     device = setup(args).device
     dtypes = (args.dtypes or ("fp32,bf16" if device.type == "cpu" else "fp32,fp16,bf16")).split(",")
     cases = build_cases(args.op, args.shapes.split(","), dtypes, args.modes.split(","), device)
-    case_ms = args.round_ms / len(cases) if args.round_ms else args.case_ms
+    case_ms = args.case_ms if args.round_ms is None else args.round_ms / len(cases)
     calibrate(cases, case_ms / 1000.0, device)
     calls_per_round = sum(c.repeat for c in cases)
     print(

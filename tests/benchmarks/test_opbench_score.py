@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from .conftest import BENCHMARKS
+from .conftest import BENCHMARKS, bench_env, run_with_pipe
 
 pytest.importorskip("torch")
 
@@ -74,3 +74,18 @@ def test_round_size_reports_the_geometric_mean_through_the_iterator():
     work.finish(cases, [0, 0], seconds=0.002)
     assert float(size) / 0.002 == pytest.approx(math.sqrt(100_000 * 1_000))
     assert work.next_round(1) is not size  # a fresh holder per round
+
+
+@pytest.mark.parametrize("flag", ["--round-ms", "--case-ms"])
+@pytest.mark.parametrize("value", ["0", "-5", "fast"])
+def test_round_and_case_ms_reject_bad_values(flag, value, python):
+    """A duration that times nothing is a usage error naming the flag, before any work."""
+    run = run_with_pipe(
+        [python, "main.py", "--op", "matmul", flag, value, "--device", "cpu"],
+        bench_env(),
+        BENCHMARKS / "opbench",
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert flag in run.stderr and "Traceback" not in run.stderr
+    assert run.records == []
