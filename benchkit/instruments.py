@@ -18,9 +18,10 @@ A complete voirfile for a script whose ``main()`` builds ``loader`` and computes
 The selectors are ptera's: ``//f > x`` is variable ``x`` of function ``f`` of the script
 (``/module.path/f > x`` for an imported module). The budget comes from voir options
 (``--stop``, ``--skip``, ``--interval``, ``--gpu-poll``: the orchestrator passes the
-entry's ``voir.options`` that way), else from ``MILABENCH_CONFIG``, else the defaults.
-When the budget is spent the wrapped loader writes the ``stop`` event and voir's
-``StopProgram`` ends the script with exit code 0.
+entry's ``voir.options`` that way), else from ``MILABENCH_CONFIG``, else the defaults;
+the time window comes from the entry's ``measure`` block (docs/measurement.md). When the
+window ends the wrapped loader writes the ``window`` record and the ``stop`` event, and
+voir's ``StopProgram`` ends the script with exit code 0.
 
 Lower-level pieces for hand-written instruments: `Config`, `resolve_options`,
 `open_writer`, `wrap_loader`, `probe_loss`, `start_monitor`, `early_stop`.
@@ -116,11 +117,11 @@ class Session:
 
 
 def early_stop(session: Session) -> Callable[[], None]:
-    """The action run once the budget's ``stop`` event is written: end the script through
+    """The action run once the window's ``stop`` event is written: end the script through
     voir (``ov.stop`` raises voir's ``StopProgram``; voir then finalizes with exit 0)."""
 
     def stop() -> None:
-        session.ov.stop("benchkit: observation budget reached")
+        session.ov.stop("benchkit: measurement window over")
 
     return stop
 
@@ -137,7 +138,8 @@ def wrap_loader(
     """Replace the value assigned to the probed variable by a `TimedIterator` over it.
 
     ``selector`` focuses on the variable (``//main > loader``); every assignment is
-    wrapped, and all of them share one budget (the count goes on across loaders).
+    wrapped, and all of them share one measurement window (no second warm-up when a
+    script builds a new loader every epoch).
     """
     opts = session.options
     ov = session.ov
@@ -157,9 +159,8 @@ def wrap_loader(
             on_stop=early_stop(session),
             monitor=False,  # the session owns the monitor
         )
-        if previous is not None:
-            previous.close()
-            it.count = it._reported = previous.count
+        if previous is not None:  # one window across loaders (a new loader per epoch)
+            it.continue_from(previous)
         session.iterators.append(it)
         return it
 

@@ -1,15 +1,17 @@
-"""Throughput measurement of a training loop without synchronising the device in it.
+"""Throughput measurement of a training loop, inside a time-bounded window.
 
 `TimedIterator` wraps a data loader. At each step boundary (when the loop asks for the
 next batch) it records one timestamp: a device event on accelerators (CUDA, XPU, ...),
 ``time.perf_counter()`` on CPU. Nothing is converted, synchronised or written inside the
-loop; that happens in one go at the end of an epoch, when ``max_pending`` observations
-are waiting, or when the budget (``stop + skip`` observations) is reached. On CPU (host
-timestamps, nothing to synchronise) a single process also converts at each progress tick
-(every ``interval`` seconds), outside the timed intervals, so that rates are seen live. The first
-batch of every epoch is fetched before the clock starts (creating a loader iterator is
-costly and would be amortised in a real training run), and the first ``skip``
-observations of the process are warm-up: timed but never reported.
+step; a few times a second (every ``CHECK_PERIOD``), between two steps, the completed
+steps are converted into rates (device events are *queried*, never synchronised, so the
+device keeps its queue), written, and handed to the measurement window
+(`benchkit.window.Window`): warm-up until the step time settles, then measurement until
+the 95% interval of the rate is narrow enough, between ``measure.min`` and
+``measure.max`` seconds (docs/measurement.md). So a timeout, Ctrl-C or crash loses at
+most a fraction of a second of what was measured. The first batch of every epoch is
+fetched before the clock starts (creating a loader iterator is costly and would be
+amortised in a real training run); warm-up steps are timed but never reported.
 
 Typical use::
 
@@ -21,19 +23,24 @@ Typical use::
         if it.done:                                      # budget spent: leave the epochs
             break
 
-When the budget is reached the iterator flushes, writes the ``stop`` event and simply
-stops yielding (``it.done`` becomes true; later epochs yield nothing). Code that cannot
+When the window ends the iterator flushes, writes the ``window`` record and the ``stop``
+event and simply stops yielding (``it.done`` becomes true; later epochs yield nothing). Code that cannot
 test ``it.done`` (deep loops, third-party scripts) passes ``on_stop="raise"`` and wraps its
 main function with `benchkit.run_main` / ``with benchkit.budget():``, which turn the
 `StopProgram` into exit code 0 (under voir, the overseer does it by itself).
 
-In a distributed run every rank iterates and times its own steps; at each flush the
-per-step batch sizes are summed over the ranks with one ``all_reduce`` so that rank 0
-reports the global throughput, and only rank 0 writes.
+In a distributed run every rank iterates and times its own steps. Decisions must be the
+same on every rank (a rank that stops while the others wait in an all-reduce would hang
+the job), so ranks meet at step counts they agree on (about every ``CHECK_PERIOD``): the
+per-step batch sizes are summed over the ranks (rank 0 reports the global throughput,
+and only rank 0 writes), rank 0's window decides, and one small all-reduce carries the
+decision and the next meeting point. On NCCL jobs these collectives go through a gloo
+group, so they never synchronise the device.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -43,10 +50,15 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from benchkit.channel import DataWriter, default_writer
-from benchkit.options import load_options
+from benchkit.options import MeasureSettings, load_options
 from benchkit.stopping import StopProgram
+from benchkit.window import Window, WindowSettings
 
 _INF = float("inf")
+
+# Seconds between two conversions of completed steps (and window decisions): rates reach
+# the run file at least this often, and a window ends at most this late.
+CHECK_PERIOD = 0.25
 
 
 def default_batch_size(batch: Any) -> int:
@@ -82,6 +94,11 @@ class _EventClock:
 
     def synchronize(self, event: Any) -> None:
         event.synchronize()
+
+    @staticmethod
+    def completed(event: Any) -> bool:
+        """Whether the device has passed ``event`` (a query: never blocks)."""
+        return bool(event.query())
 
     @staticmethod
     def seconds(start: Any, end: Any) -> float:
@@ -142,7 +159,11 @@ class TimedIterator:
             an alias.
         device: where the work runs (``"cuda"``, ``torch.device``, ...); None guesses from
             torch if the benchmark imported it.
-        stop, skip: budget (see `benchkit.options`); None reads the options.
+        stop, skip: optional step-count bounds (measured steps at most, warm-up steps at
+            least); None reads the options (`benchkit.options`).
+        measure: `benchkit.options.MeasureSettings` or a partial mapping over the entry's
+            ``measure`` block; ``window`` (`benchkit.window.WindowSettings`) replaces
+            the whole window when given (tests use it for exact step counts).
         writer: a `DataWriter`; None uses the process-wide one (on rank 0 only).
         rank, world_size: None reads torch.distributed (or ``RANK``/``WORLD_SIZE``).
         task, units: the record's ``task`` and ``units``.
@@ -151,8 +172,7 @@ class TimedIterator:
             callable called once the stop was written (e.g. voir's ``ov.stop``).
         monitor: start a background `benchkit.monitors.Monitor` (None: when the writer
             is enabled and ``gpu_poll`` > 0).
-        max_pending: observations kept before an intermediate flush (bounds memory for
-            endless epochs; on accelerators this is the only in-loop synchronisation).
+        max_pending: steps kept unconverted at most (bounds memory when steps are tiny).
     """
 
     def __init__(
@@ -164,6 +184,8 @@ class TimedIterator:
         device: Any = None,
         stop: int | None = None,
         skip: int | None = None,
+        measure: MeasureSettings | dict[str, Any] | None = None,
+        window: WindowSettings | None = None,
         writer: DataWriter | None = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -174,13 +196,16 @@ class TimedIterator:
         monitor: bool | None = None,
         max_pending: int = 10_000,
     ) -> None:
-        opts = load_options(stop=stop, skip=skip, interval=interval)
+        opts = load_options(stop=stop, skip=skip, interval=interval, measure=measure)
+        self.options = opts
         self.loader = loader
         self.stop = opts.stop
         self.skip = opts.skip
         self.budget = opts.budget
         self.interval = opts.interval
         self.gpu_poll = opts.gpu_poll
+        self.settings = window if window is not None else opts.window
+        self.window = Window(self.settings)
         self.task = task
         self.units = units
         self.on_stop = on_stop
@@ -198,24 +223,53 @@ class TimedIterator:
             self.writer = None
         self._want_monitor = monitor
         self._monitor: Any = None
+        # Ranks decide together only when there is a process group to decide with.
+        self._collective = self._dist is not None and self.world_size > 1
+        self._group = _control_group(self._dist) if self._collective else None
 
         self._kind = _device_kind(device)
         self._clock = _event_clock(self._kind)
 
         self.done = False
-        self.count = 0  # observations so far (warm-up included)
+        self.count = 0  # steps issued so far (warm-up included)
         self.epochs = 0
-        self._reported = 0  # observations already converted (index of the next one)
+        self._measure_from: int | None = None  # index of the first measured step
+        self._first_pending = 0  # index of the step at the head of the pending lists
         self._starts: list[Any] = []
         self._ends: list[Any] = []
         self._sizes: list[Any] = []
+        self._global: list[float] = []  # summed sizes of the head of the pending steps
         # Losses and their times in two lists: a tuple per step would be one more object
         # for the garbage collector to track, which costs more than the rest of the call.
         self._losses: list[Any] = []
         self._loss_times: list[float] = []
+        self._loss_steps: list[int] = []
+        self._loss_copies: list[tuple[Any, Any, list[float]]] = []  # device -> host, in flight
         self._next_progress = 0.0
+        self._next_meeting = 1  # step count of the next decision shared by the ranks
+        self._last_meeting = (0, 0.0)
+        self._window_written = False
         # perf_counter -> epoch seconds, for record timestamps.
         self._epoch_offset = time.time() - time.perf_counter()
+        if self.writer is not None:
+            atexit.register(self._at_exit)
+
+    def continue_from(self, previous: TimedIterator) -> None:
+        """Carry on the measurement of ``previous`` (a script that builds a new loader
+        every epoch): same window, same step count, no second warm-up."""
+        previous.close_pending()
+        self.window = previous.window
+        self.count = self._first_pending = previous.count
+        self._measure_from = previous._measure_from
+        self._next_progress = previous._next_progress
+        self._next_meeting = previous._next_meeting
+        self._last_meeting = previous._last_meeting
+        self.done = previous.done
+
+    def close_pending(self) -> None:
+        """Convert what is pending without ending the window (a loader is replaced)."""
+        if not self.done:
+            self._convert(final=True)
 
     # -- the loop ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -243,6 +297,18 @@ class TimedIterator:
             return size
         return lambda _batch, _n=int(size): _n
 
+    def _trigger(self) -> int | float:
+        """Step count at which the loop must stop for a decision, whatever the time."""
+        if self._collective:
+            return self._next_meeting
+        count, s = self.count, self.settings
+        if self._measure_from is None:
+            if count < s.skip:
+                return s.skip
+        elif s.stop and count < self._measure_from + s.stop:
+            return self._measure_from + s.stop
+        return count + max(1, self.max_pending - len(self._ends))
+
     def _host_epoch(self) -> Iterator[Any]:
         """One epoch timed with ``perf_counter`` (the hot loop: keep it lean)."""
         self.epochs += 1
@@ -256,12 +322,11 @@ class TimedIterator:
         starts_append = self._starts.append
         ends_append = self._ends.append
         sizes_append = self._sizes.append
-        budget = self.budget or _INF
         count = self.count
-        next_tick = self._next_tick(clock())
-        max_pending = self.max_pending
-        pending = len(self._ends)
         start = clock()
+        self._begin(start)
+        next_check = _INF if self._collective else start + CHECK_PERIOD
+        trigger = self._trigger()
         try:
             while True:
                 size = size_of(batch)
@@ -280,19 +345,14 @@ class TimedIterator:
                 ends_append(end)
                 sizes_append(size)
                 count += 1
-                pending += 1
-                if count >= budget:
-                    break
-                if end >= next_tick or pending >= max_pending:
+                if end >= next_check or count >= trigger:
                     self.count = count
-                    # Host timestamps need no synchronisation: convert them at each
-                    # tick too, so rates show up live (not across ranks: the reduction
-                    # must happen at the same step on every rank).
-                    if pending >= max_pending or self.world_size <= 1:
-                        self._flush()
-                        pending = 0
-                    next_tick = self._tick(end)
+                    self._check(end)
+                    if self.done:
+                        break
                     start = clock()  # bookkeeping time is not the benchmark's
+                    next_check = _INF if self._collective else start + CHECK_PERIOD
+                    trigger = self._trigger()
                 else:
                     start = end
         finally:
@@ -300,7 +360,7 @@ class TimedIterator:
             self._end_epoch()
 
     def _device_epoch(self) -> Iterator[Any]:
-        """One epoch timed with device events (no synchronisation until the flush)."""
+        """One epoch timed with device events (queried between steps, never waited on)."""
         self.epochs += 1
         loader_it = iter(self.loader)
         try:
@@ -310,10 +370,11 @@ class TimedIterator:
         record = self._clock.record  # type: ignore[union-attr]
         host = time.perf_counter
         size_of = self._size_fn()
-        budget = self.budget or _INF
         count = self.count
-        pending = len(self._ends)
-        next_tick = self._next_tick(host())
+        now = host()
+        self._begin(now)
+        next_check = _INF if self._collective else now + CHECK_PERIOD
+        trigger = self._trigger()
         start = record()
         try:
             while True:
@@ -328,16 +389,14 @@ class TimedIterator:
                 end = record()
                 self._append(start, end, size)
                 count += 1
-                pending += 1
-                if count >= budget:
-                    break
                 now = host()
-                if now >= next_tick or pending >= self.max_pending:
+                if now >= next_check or count >= trigger:
                     self.count = count
-                    if pending >= self.max_pending:
-                        self._flush()
-                        pending = 0
-                    next_tick = self._tick(now)
+                    self._check(now)
+                    if self.done:
+                        break
+                    next_check = _INF if self._collective else host() + CHECK_PERIOD
+                    trigger = self._trigger()
                     start = record()
                 else:
                     start = end
@@ -350,45 +409,126 @@ class TimedIterator:
         self._ends.append(end)
         self._sizes.append(size)
 
+    def _begin(self, now: float) -> None:
+        """The first step of the run begins: the window's clock starts."""
+        if self.window.started is None:
+            self.window.start(now)
+            self._last_meeting = (self.count, now)
+            if self.window.measuring:
+                self._enter_measure()
+            if self.writer is not None and self.writer.enabled:
+                self._progress()
+                self._next_progress = now + self.interval
+
     def _end_epoch(self) -> None:
-        """Epoch over, budget spent, or the loop broke out: convert what is pending."""
+        """Epoch over, window over, or the loop broke out: convert what is pending."""
         if self.done:
             return
-        self._flush()
-        if self.budget and self.count >= self.budget:
-            self._finish_budget()
+        if self._collective:
+            return  # decisions happen at the meetings every rank reaches
+        self._convert(final=True)
+        self.window.update(time.perf_counter())
+        self._after_update(time.perf_counter())
 
-    # -- progress, stop ---------------------------------------------------------------
-    def _next_tick(self, now: float) -> float:
-        if not self.budget or self.writer is None or not self.writer.enabled:
-            return _INF
-        if self._next_progress == 0.0:
+    # -- decisions ----------------------------------------------------------------------
+    def _check(self, now: float) -> None:
+        """Between two steps: convert completed steps, let the window decide, report."""
+        if self._collective:
+            self._meet(now)
+        else:
+            s = self.settings
+            if self._measure_from is None and s.warmup_max <= 0 and self.count >= s.skip:
+                # A warm-up of ``skip`` steps only: known without waiting for timings.
+                self.window._begin_measure(now)
+                self._enter_measure(at=s.skip)
+            self._convert(final=False)
+            self.window.update(now)
+            self._after_update(now)
+        if not self.done and now >= self._next_progress and self.writer is not None:
             self._progress()
-            self._next_progress = now + self.interval
-        return self._next_progress
-
-    def _tick(self, now: float) -> float:
-        """Called at most once per ``interval``: progress record and a lazy flush."""
-        self._progress()
-        if self.writer is not None:
             self.writer.flush()
-        self._next_progress = now + self.interval
-        return self._next_progress
+            self._next_progress = now + self.interval
 
-    def _progress(self) -> None:
-        if self.writer is not None and self.budget:
-            done = min(self.count, self.budget)
-            self.writer.write({"task": "early_stop", "progress": [done, self.budget]})
+    def _after_update(self, now: float) -> None:
+        if self._measure_from is None and self.window.measuring:
+            self._enter_measure()
+        if self._measure_from is not None and self.settings.stop and not self.window.done:
+            if self.count - self._measure_from >= self.settings.stop:
+                self._finish(now)  # every measured step is issued: collect them all
+                return
+        if self.window.done:
+            self._finish(now)
 
-    def _finish_budget(self) -> None:
+    def _enter_measure(self, at: int | None = None) -> None:
+        """Warm-up is over: steps issued from now on (or from step ``at``) are measured."""
+        self._measure_from = self.count if at is None else at
+        if self.writer is not None:
+            self.writer.write(
+                {"task": self.task, "warmup": self.window.warmup_record(), "time": time.time()}
+            )
+
+    def _meet(self, now: float) -> None:
+        """A decision shared by every rank, at a step count they all reached."""
+        self._reduce_pending()
+        if self.writer is not None:  # rank 0 converts, decides and writes
+            self._convert(final=False)
+            self.window.update(now)
+            if self._measure_from is None and (self.window.measuring or self.window.done):
+                self._enter_measure()
+        else:
+            self._drop_pending()
+        count, then = self._last_meeting
+        steps = self.count - count
+        per_step = (now - then) / steps if steps > 0 else 0.0
+        proposal = int(min(100_000, max(1, CHECK_PERIOD / per_step))) if per_step > 0 else 1
+        if self._measure_from is None and self.count < self.settings.skip:
+            proposal = min(proposal, self.settings.skip - self.count)
+        elif self._measure_from is not None and self.settings.stop:
+            left = self._measure_from + self.settings.stop - self.count
+            proposal = min(proposal, max(1, left))
+        stop_now = self.window.done or (
+            self._measure_from is not None
+            and bool(self.settings.stop)
+            and self.count - self._measure_from >= self.settings.stop
+        )
+        stop_now, proposal = self._agree(stop_now, proposal)
+        self._last_meeting = (self.count, now)
+        self._next_meeting = self.count + proposal
+        if stop_now:
+            self._finish(now)
+
+    def _agree(self, stop_now: bool, proposal: int) -> tuple[bool, int]:
+        """One all-reduce: stop if any rank says so; meet again at the nearest proposal."""
+        torch = _torch()
+        dist = self._dist
+        values = torch.tensor([1 if stop_now else 0, -proposal], dtype=torch.int64)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self._group)
+        stop_flag, neg = (int(x) for x in values.tolist())
+        return stop_flag > 0, max(1, -neg)
+
+    def _finish(self, now: float) -> None:
+        """The window is over: collect every step in flight, write the summary, stop."""
+        if self.done:
+            return
+        if self._collective:
+            self._reduce_pending()
+            if self.writer is None:
+                self._drop_pending()
+        if self.writer is not None or not self._collective:
+            self._convert(final=True)
+        end = time.perf_counter()
+        self.window.update(end)
+        if not self.window.done:
+            self.window._finish("stop_count" if self.settings.stop else "ended")
         self.done = True
         if self.writer is not None:
-            self._progress()
+            self._write_window()
             self.writer.event(
                 "stop",
                 {
-                    "reason": "budget",
-                    "observations": self.count,
+                    "reason": self.window.reason,
+                    "observations": self.window.observations,
+                    "warmup_observations": len(self.window.warmup_durations),
                     "stop": self.stop,
                     "skip": self.skip,
                     "task": self.task,
@@ -401,13 +541,59 @@ class TimedIterator:
         if callable(self.on_stop):
             self.on_stop()
 
+    def _write_window(self) -> None:
+        if self._window_written or self.writer is None:
+            return
+        self._window_written = True
+        self._progress()
+        self.writer.write({"task": self.task, "window": self.window.summary(), "time": time.time()})
+
+    # -- progress, stop ---------------------------------------------------------------
+    def _progress(self) -> None:
+        """``[done, total]``: measured seconds of the window's max, or steps of the budget."""
+        if self.writer is None:
+            return
+        s, w = self.settings, self.window
+        if s.max > 0:
+            total = round(s.max, 1)
+            if w.done and w.reason in ("precision", "stop_count", "max_time"):
+                done = total  # the window is complete
+            elif w.measuring or w.done:
+                done = min(round(w.measured_seconds, 1), total)
+            else:
+                done = 0.0
+            progress: list[float] = [done, total]
+        elif self.budget:
+            progress = [min(self.count, self.budget), self.budget]
+        else:
+            return
+        self.writer.write({"task": "early_stop", "progress": progress})
+
     def close(self) -> None:
-        """Flush what is pending (for loops that end without reaching the budget)."""
+        """End of the loop: convert what is pending and write the window summary.
+
+        A window that had not ended (the loop ran out of data) is summarised with reason
+        ``ended`` (``ended_in_warmup`` if it never left warm-up), so the report can tell.
+        """
         if not self.done:
-            self._flush()
+            self._convert(final=True)  # ranks: only what the last meeting summed
+            now = time.perf_counter()
+            self.window.update(now)
+            if not self.window.done:
+                self.window.finish(now)
+            if self.writer is not None and self.window.started is not None:
+                self._write_window()
         if self.writer is not None:
             self.writer.flush()
         self._stop_monitor()
+
+    def _at_exit(self) -> None:
+        """The interpreter exits without `close` (a script that just ended): summarise."""
+        try:
+            if not self._window_written and self.window.started is not None:
+                self.close()
+        except Exception:  # noqa: BLE001 - never turn a clean exit into a traceback
+            pass
 
     def __enter__(self) -> TimedIterator:
         return self
@@ -417,57 +603,127 @@ class TimedIterator:
 
     # -- losses -----------------------------------------------------------------------
     def record_loss(self, loss: Any) -> None:
-        """Keep ``loss`` (a tensor is detached, not read) until the next flush."""
+        """Keep ``loss`` (a tensor is detached, not read) until its step is converted."""
         if self.writer is None:
             return
         detach = getattr(loss, "detach", None)
         self._losses.append(detach() if detach is not None else loss)
         self._loss_times.append(time.perf_counter())
+        self._loss_steps.append(self.count)
 
-    # -- flush ------------------------------------------------------------------------
-    def _flush(self) -> None:
-        """Synchronise once, turn pending intervals into records, write them (rank 0)."""
-        # Copy and clear in place: the hot loop holds bound ``append``s of these lists.
-        starts, ends, sizes = self._starts.copy(), self._ends.copy(), self._sizes.copy()
-        losses, loss_times = self._losses.copy(), self._loss_times.copy()
-        for pending in (self._starts, self._ends, self._sizes, self._losses, self._loss_times):
-            pending.clear()
-        first_index = self._reported
-        self._reported += len(ends)
-        if not ends and not losses:
-            if self._dist is not None and self.world_size > 1:
-                self._reduce_sizes([])  # keep collectives paired across ranks
+    # -- conversion -------------------------------------------------------------------
+    def _ready(self, final: bool) -> int:
+        """How many pending steps can be converted now (their end is known, and their
+        summed size when ranks sum them)."""
+        n = len(self._ends)
+        if self._collective:
+            n = min(n, len(self._global))
+        if n == 0 or self._clock is None:
+            return n
+        ends = self._ends
+        if final:
+            self._clock.synchronize(ends[n - 1])  # the end of the window: wait once
+            return n
+        completed = self._clock.completed
+        if completed(ends[n - 1]):
+            return n
+        lo, hi = 0, n - 1  # events complete in order: find the first one still pending
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if completed(ends[mid]):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _convert(self, final: bool) -> None:
+        """Turn completed steps into records (rank 0) and feed the window."""
+        k = self._ready(final)
+        first = self._first_pending
+        if k:
+            starts, ends = self._starts[:k], self._ends[:k]
+            if self._collective:
+                sizes = self._global[:k]
+                del self._global[:k]
+            else:
+                sizes = [float(x) for x in self._sizes[:k]]
+                if self.world_size > 1:  # no process group to ask: assume equal ranks
+                    sizes = [x * self.world_size for x in sizes]
+            del self._starts[:k], self._ends[:k], self._sizes[:k]
+            self._first_pending = first + k
+            durations, stamps = self._durations(starts, ends)
+            split = k if self._measure_from is None else max(0, min(k, self._measure_from - first))
+            if split:
+                self.window.add_warmup(durations[:split])
+            if split < k:
+                rates = [
+                    size / duration if duration > 0 else math.nan
+                    for size, duration in zip(sizes[split:], durations[split:], strict=False)
+                ]
+                kept = [
+                    (r, d, t)
+                    for r, d, t in zip(rates, durations[split:], stamps[split:], strict=False)
+                    if r == r and r != _INF
+                ]
+                self.window.add_measured([d for _, d, _ in kept], [r for r, _, _ in kept])
+                self._write_rates([r for r, _, _ in kept], [t for _, _, t in kept])
+        self._convert_losses(final)
+
+    def _write_rates(self, rates: list[float], stamps: list[float]) -> None:
+        writer = self.writer
+        if writer is None or not rates:
             return
-        durations, stamps = self._durations(starts, ends)
-        totals = self._global_sizes(sizes)
+        # Records are formatted here rather than through json for speed (a flush formats
+        # one record per step): the keys are fixed, the strings are JSON-encoded once, and
+        # a finite float printed with ``g``/``f`` is valid JSON. Rates keep 7 significant
+        # digits, timestamps microseconds.
+        head = '{"task": ' + json.dumps(self.task) + ', "rate": '
+        tail = ', "units": ' + json.dumps(self.units) + ', "time": '
+        writer.write_encoded(
+            [
+                f"{head}{rate:.7g}{tail}{stamp:.6f}}}"
+                for rate, stamp in zip(rates, stamps, strict=False)
+            ]
+        )
+
+    def _convert_losses(self, final: bool) -> None:
+        """Write the losses of converted steps; device tensors travel without a sync."""
         writer = self.writer
         if writer is None:
             return
-        # Records are formatted here rather than through json for speed (the flush of a
-        # long epoch formats one record per step): the keys are fixed, the strings are
-        # JSON-encoded once, and a finite float printed with ``g``/``f`` is valid JSON.
-        # Rates keep 7 significant digits, timestamps microseconds.
-        head = '{"task": ' + json.dumps(self.task) + ', "rate": '
-        tail = ', "units": ' + json.dumps(self.units) + ', "time": '
-        lines = []
-        skip = self.skip - first_index
-        for i, (duration, stamp, size) in enumerate(zip(durations, stamps, totals, strict=False)):
-            if i < skip or duration <= 0:
-                continue
-            rate = size / duration
-            if rate != rate or rate == _INF:
-                continue
-            lines.append(f"{head}{rate:.7g}{tail}{stamp:.6f}}}")
-        writer.write_encoded(lines)
-        if losses:
-            values = _loss_values(losses)
-            offset = self._epoch_offset
-            head = '{"task": ' + json.dumps(self.task) + ', "loss": '
-            lines = [
+        done = []
+        for event, host, times in self._loss_copies:
+            if not (final or event.query()):
+                break  # copies land in order: the later ones are not there either
+            done.append((host, times))
+        if done:
+            self._loss_copies = self._loss_copies[len(done) :]
+            for host, times in done:
+                self._write_losses([float(x) for x in host.tolist()], times)
+        if not self._losses:
+            return
+        boundary = self._first_pending  # steps before it are converted: their losses exist
+        n = len(self._losses) if final else sum(1 for s in self._loss_steps if s < boundary)
+        if n == 0:
+            return
+        values, times = self._losses[:n], self._loss_times[:n]
+        del self._losses[:n], self._loss_times[:n], self._loss_steps[:n]
+        if not final and self._clock is not None:
+            copy = _start_host_copy(values)
+            if copy is not None:
+                self._loss_copies.append((copy[0], copy[1], times))
+                return
+        self._write_losses(_loss_values(values), times)
+
+    def _write_losses(self, values: list[float], times: list[float]) -> None:
+        offset = self._epoch_offset
+        head = '{"task": ' + json.dumps(self.task) + ', "loss": '
+        self.writer.write_encoded(  # type: ignore[union-attr]
+            [
                 f'{head}{_json_float(value)}, "time": {when + offset:.6f}}}'
-                for value, when in zip(values, loss_times, strict=False)
+                for value, when in zip(values, times, strict=False)
             ]
-            writer.write_encoded(lines)
+        )
 
     def _durations(self, starts: list[Any], ends: list[Any]) -> tuple[list[float], list[float]]:
         if not ends:
@@ -475,39 +731,43 @@ class TimedIterator:
         if self._clock is None:
             offset = self._epoch_offset
             return [e - s for s, e in zip(starts, ends, strict=False)], [e + offset for e in ends]
-        clock = self._clock
+        seconds = self._clock.seconds
         last = ends[-1]
-        clock.synchronize(last)  # the only synchronisation
-        now = time.time()
-        seconds = clock.seconds
+        now = time.time()  # the last converted event completed at or before now
         durations = [seconds(s, e) for s, e in zip(starts, ends, strict=False)]
         stamps = [now - seconds(e, last) for e in ends]
         return durations, stamps
 
-    def _global_sizes(self, sizes: list[Any]) -> list[float]:
-        sizes = [float(s) for s in sizes]
-        if self.world_size <= 1:
-            return sizes
-        if self._dist is None:
-            # No process group to ask: assume every rank processes as much as this one.
-            return [s * self.world_size for s in sizes]
-        return self._reduce_sizes(sizes)
+    def _reduce_pending(self) -> None:
+        """Sum the sizes of the steps issued since the last meeting over the ranks."""
+        known = len(self._global)
+        fresh = [float(s) for s in self._sizes[known:]]
+        self._global.extend(self._reduce_sizes(fresh))
+
+    def _drop_pending(self) -> None:
+        """Ranks other than 0 report nothing: forget what they timed once it is summed."""
+        k = len(self._global)
+        del self._starts[:k], self._ends[:k], self._sizes[:k], self._global[:k]
+        self._first_pending += k
+        self._losses.clear()
+        self._loss_times.clear()
+        self._loss_steps.clear()
 
     def _reduce_sizes(self, sizes: list[float]) -> list[float]:
-        """Sum per-step sizes over ranks: two collectives per flush, none per step."""
+        """Sum per-step sizes over ranks: two small collectives per meeting, none per step."""
         torch = _torch()
         dist = self._dist
         device = "cpu"
-        if dist.get_backend() == "nccl":
+        if self._group is None and dist.get_backend() == "nccl":
             device = f"cuda:{torch.cuda.current_device()}"
         length = torch.tensor([len(sizes)], dtype=torch.int64, device=device)
-        dist.all_reduce(length, op=dist.ReduceOp.MAX)
+        dist.all_reduce(length, op=dist.ReduceOp.MAX, group=self._group)
         n = int(length.item())
         if n == 0:
             return []
         padded = sizes + [0.0] * (n - len(sizes))
         values = torch.tensor(padded, dtype=torch.float64, device=device)
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        dist.all_reduce(values, op=dist.ReduceOp.SUM, group=self._group)
         return values.tolist()[: len(sizes)]
 
     # -- monitor ----------------------------------------------------------------------
@@ -527,6 +787,39 @@ class TimedIterator:
     def _stop_monitor(self) -> None:
         if self._monitor is not None:
             self._monitor.stop()
+
+
+def _control_group(dist: Any) -> Any:
+    """A gloo group for the ranks' small decisions when the default group is NCCL, so
+    that agreeing on a stop never synchronises the device (None: use the default)."""
+    try:
+        if dist.get_backend() == "gloo":
+            return None
+        return dist.new_group(backend="gloo")
+    except Exception:  # noqa: BLE001 - gloo unavailable: fall back to the default group
+        return None
+
+
+def _start_host_copy(values: list[Any]) -> tuple[Any, Any] | None:
+    """Copy device loss tensors to pinned host memory without waiting; (event, host).
+
+    The copy is queued behind the step that computed the losses; the event says when it
+    has landed. None when the values are not device tensors (they are converted now).
+    """
+    torch = _torch()
+    if torch is None or not values or not all(isinstance(v, torch.Tensor) for v in values):
+        return None
+    if values[0].device.type != "cuda":
+        return None
+    try:
+        stacked = torch.stack([v.reshape(()).float() for v in values])
+        host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
+        host.copy_(stacked, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+    except (RuntimeError, TypeError):
+        return None
+    return event, host
 
 
 def _json_float(value: float) -> str:

@@ -73,6 +73,17 @@ def build_parser(selected: str | None) -> tuple[argparse.ArgumentParser, object 
     return parser, module
 
 
+def _plain_warnings() -> None:
+    """Warnings about the user's files read as one line each, like errors do (a Python
+    warning would print our source line, which says nothing to a user)."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"milabench: warning: {message}", file=file or sys.stderr)
+
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     # Our own modules are installed editable, so pip never compiled them; with
     # PYTHONDONTWRITEBYTECODE set (common in containers) every command would recompile
@@ -87,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if not argv or argv in (["-h"], ["--help"]) else 2
     debug = args.debug or os.environ.get("MILABENCH_DEBUG") not in (None, "", "0")
     from milabench.errors import MilabenchError
+
+    if not debug:
+        _plain_warnings()
 
     try:
         return int(module.run(args) or 0)

@@ -18,7 +18,6 @@ from milabench.errors import ConfigError
 BUILTIN_DEFAULTS: dict[str, Any] = {
     "enabled": True,
     "weight": 1.0,
-    "max_duration": 600,
     "num_machines": 1,
     "tags": [],
     "plan": {"method": "per_gpu"},

@@ -27,7 +27,7 @@ from milabench.config.matrix import expand_matrices
 from milabench.config.merge import deep_merge, strip_markers
 from milabench.config.select import select_entries
 from milabench.config.system import load_system
-from milabench.config.validate import validate_entry
+from milabench.config.validate import validate_entry, warn_short_timeouts
 from milabench.config.yamlio import DELETE
 from milabench.errors import ConfigError
 
@@ -163,10 +163,13 @@ def load_suite(
         document = resolve_interpolations(document, _describe(doc))
         system_conf, entries = document["system"], document["packs"]
 
+    notes: dict[str, str] = {}
     for name, entry in entries.items():
         _fill_dirs(entry, base_dir, use_current_env)
         if not name.startswith("_"):
-            validate_entry(entry, lambda key, _n=name: doc.file_of(_n, key))
+            note = validate_entry(entry, lambda key, _n=name: doc.file_of(_n, key))
+            if note:
+                notes[name] = note
 
     all_entries = {
         name: e
@@ -174,6 +177,7 @@ def load_suite(
         if not name.startswith("_") and isinstance(e.get("definition"), str) and e["definition"]
     }
     chosen = select_entries(all_entries, list(select), list(exclude))
+    warn_short_timeouts({n: note for n, note in notes.items() if n in chosen})
     return Suite(
         entries=chosen,
         all_entries=all_entries,

@@ -6,8 +6,10 @@ here are the ones the planner and runner rely on (plan method, weight, durations
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+from benchkit.options import parse_measure
 from milabench.config import PLAN_METHODS
 from milabench.config.argv import argv_list
 from milabench.config.capabilities import requirements
@@ -19,10 +21,54 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def validate_entry(entry: dict[str, Any], file_of) -> None:
+def _check_measure(entry: dict[str, Any], fail) -> str | None:
+    """The ``measure`` block parses as the benchmark will parse it (docs/measurement.md).
+
+    Returns a note when an explicit ``max_duration`` is shorter than the time budget (the
+    process could be killed before its window ends on a slow machine); the loader folds
+    the notes of a suite into one warning.
+    """
+    try:
+        settings = parse_measure(entry.get("measure"))
+    except ValueError as exc:
+        message = str(exc)
+        key = (
+            message.split(":", 1)[0].split(" ", 1)[0]
+            if message.startswith("measure.")
+            else "measure"
+        )
+        raise fail(key, message.removeprefix(f"{key}: ")) from None
+    max_duration = entry.get("max_duration")
+    if max_duration is not None and settings.timeout and max_duration < settings.timeout:
+        return (
+            f"max_duration {max_duration:g} s < measurement budget {settings.timeout:g} s "
+            f"({settings.startup:g} s start-up + {settings.warmup_max:g} s warm-up + "
+            f"{settings.max:g} s window)"
+        )
+    return None
+
+
+def warn_short_timeouts(notes: dict[str, str]) -> None:
+    """One warning for every entry whose ``max_duration`` cuts its measurement budget."""
+    if not notes:
+        return
+    by_note: dict[str, list[str]] = {}
+    for name, note in notes.items():
+        by_note.setdefault(note, []).append(name)
+    for note, names in by_note.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        warnings.warn(
+            f"{shown}: {note}; a slow machine may be stopped before its window ends "
+            "(remove max_duration to derive the timeout from the budget)",
+            stacklevel=3,
+        )
+
+
+def validate_entry(entry: dict[str, Any], file_of) -> str | None:
     """Raise `ConfigError` for the first invalid field; normalises `plan.method` in place.
 
-    `file_of(key)` names the file that wrote `key` of this entry.
+    `file_of(key)` names the file that wrote `key` of this entry. Returns a note for the
+    user (see `warn_short_timeouts`), or None.
     """
     name = entry["name"]
 
@@ -34,10 +80,11 @@ def validate_entry(entry: dict[str, Any], file_of) -> None:
             raise fail(key, f"expected true or false, not {entry.get(key)!r}")
     if not _number(entry.get("weight")):
         raise fail("weight", f"expected a number, not {entry.get('weight')!r}")
-    if not _number(entry.get("max_duration")) or entry["max_duration"] <= 0:
+    max_duration = entry.get("max_duration")
+    if max_duration is not None and (not _number(max_duration) or max_duration <= 0):
         raise fail(
             "max_duration",
-            f"expected a positive number of seconds, not {entry.get('max_duration')!r}",
+            f"expected a positive number of seconds, not {max_duration!r}",
         )
     machines = entry.get("num_machines")
     if isinstance(machines, bool) or not isinstance(machines, int) or machines < 1:
@@ -48,9 +95,10 @@ def validate_entry(entry: dict[str, Any], file_of) -> None:
     if "definition" in entry and entry["definition"] is not None:
         if not isinstance(entry["definition"], str):
             raise fail("definition", "expected a folder path")
-    for key in ("env", "voir", "validation", "pip", "dirs"):
+    for key in ("env", "voir", "validation", "pip", "dirs", "measure"):
         if entry.get(key) is not None and not isinstance(entry[key], dict):
             raise fail(key, f"expected a mapping, not {type(entry[key]).__name__}")
+    note = _check_measure(entry, fail)
     plan = entry.get("plan")
     if not isinstance(plan, dict):
         raise fail("plan", "expected a mapping such as {method: per_gpu}")
@@ -75,3 +123,4 @@ def validate_entry(entry: dict[str, Any], file_of) -> None:
     # Checked with the file that wrote argv, which may differ from the definition's.
     argv_list({**entry, "config_file": file_of("argv")})
     requirements({**entry, "config_file": file_of("requires_capabilities")})
+    return note

@@ -36,9 +36,23 @@ def entry_tag(entry: dict) -> list[str]:
     return [str(t) for t in tag]
 
 
+DEFAULT_TIMEOUT = 600.0  # an entry with neither max_duration nor a time window
+
+
 def entry_timeout(entry: dict) -> float:
+    """The process timeout: the entry's ``max_duration`` when it sets one, else derived
+    from its measurement budget (start-up margin + warm-up + window, docs/measurement.md)
+    so that a slow machine ends its window, with what it measured, before the timeout."""
     value = entry.get("max_duration")
-    return float(value) if value not in (None, "") else 600.0
+    if value not in (None, ""):
+        return float(value)
+    from benchkit.options import parse_measure
+
+    try:
+        derived = parse_measure(entry.get("measure")).timeout
+    except ValueError:
+        derived = 0.0  # reported by the config validation; never a crash here
+    return derived or DEFAULT_TIMEOUT
 
 
 class PlanNode:

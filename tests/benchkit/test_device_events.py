@@ -1,9 +1,11 @@
 """The accelerator path of TimedIterator, with a stand-in for CUDA events.
 
 NVIDIA GPUs cannot exist on this machine, so ``torch.cuda.Event`` is replaced by an
-object with the same interface (``record``, ``synchronize``, ``elapsed_time`` in ms) that
-reads the host clock and counts synchronisations. What is checked is benchkit's logic:
-one event per step boundary, a single synchronisation per flush, none inside the loop.
+object with the same interface (``record``, ``query``, ``synchronize``, ``elapsed_time``
+in ms) that reads the host clock, completes ``LAG`` seconds after it was recorded (a
+device running behind the host's queue) and counts synchronisations. What is checked is
+benchkit's logic: one event per step boundary, rates written while the loop runs by
+*querying* events, a single synchronisation when the window ends, none inside the loop.
 """
 
 import time
@@ -12,9 +14,13 @@ from benchkit.channel import DataWriter
 from benchkit.timing import TimedIterator, _EventClock
 
 
+LAG = 0.05  # the device finishes a step this long after the host queued it
+
+
 class FakeCudaEvent:
     syncs = 0
     created = 0
+    queries = 0
 
     def __init__(self, enable_timing=False):
         assert enable_timing
@@ -24,8 +30,15 @@ class FakeCudaEvent:
     def record(self):
         self.t = time.perf_counter()
 
+    def query(self):
+        FakeCudaEvent.queries += 1
+        return time.perf_counter() >= self.t + LAG
+
     def synchronize(self):
         FakeCudaEvent.syncs += 1
+        wait = self.t + LAG - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
 
     def elapsed_time(self, end):
         return (end.t - self.t) * 1000.0
@@ -42,6 +55,7 @@ def test_device_events_synchronise_once_per_flush(pipe):
         stop=20,
         skip=2,
         interval=3600,
+        measure={"warmup_min": 0, "warmup_max": 0, "min": 0, "max": 0},
         monitor=False,
         writer=DataWriter(pipe.write_fd, flush_interval=3600),
     )
@@ -51,8 +65,9 @@ def test_device_events_synchronise_once_per_flush(pipe):
         time.sleep(0.002)
         syncs_in_loop.append(FakeCudaEvent.syncs)
     assert set(syncs_in_loop) == {0}  # never synchronised while training
-    assert FakeCudaEvent.syncs == 1  # once, at the budget's flush
-    assert FakeCudaEvent.created == 23  # one event per step boundary (22 steps + start)
+    assert FakeCudaEvent.syncs == 1  # once, at the end of the window
+    # one event per step boundary (22 steps + start), and one more start per decision
+    assert 23 <= FakeCudaEvent.created <= 26
     records = pipe.records()
     rates = [r for r in records if "rate" in r]
     assert len(rates) == 20
@@ -60,6 +75,51 @@ def test_device_events_synchronise_once_per_flush(pipe):
     stamps = [r["time"] for r in rates]
     assert stamps == sorted(stamps) and abs(stamps[-1] - time.time()) < 5
     assert records[-1]["$event"] == "stop"
+
+
+def test_device_rates_are_written_live_without_synchronising(pipe):
+    """A time window on a device: completed steps reach the pipe every quarter second
+    while the loop runs (queried events), so a crash mid-window keeps them."""
+    FakeCudaEvent.syncs = FakeCudaEvent.created = FakeCudaEvent.queries = 0
+    read_fd = pipe.read_fd
+    import fcntl
+    import json
+    import os
+
+    writer = DataWriter(pipe.write_fd, flush_interval=0.1)
+    it = TimedIterator(
+        iter(int, 1),  # endless
+        batch_size=8,
+        measure={
+            "warmup_min": "0.2s",
+            "warmup_max": "0.5s",
+            "min": "1s",
+            "max": "1.5s",
+            "precision": 1e-9,
+        },
+        interval=0.2,
+        monitor=False,
+        writer=writer,
+    )
+    it._clock = _EventClock(FakeCudaModule, "cuda")
+    seen_live = 0
+    t0 = time.perf_counter()
+    for _ in it:
+        time.sleep(0.005)
+        if time.perf_counter() - t0 > 1.2 and not seen_live:
+            writer.flush()
+            seen_live = len(
+                [1 for c in pipe._chunks for line in c.splitlines() if b'"rate"' in line]
+            )
+            assert FakeCudaEvent.syncs == 0
+    assert seen_live > 20  # rates of the completed steps were already in the pipe
+    assert FakeCudaEvent.syncs == 1 and FakeCudaEvent.queries > 0
+    records = pipe.records()
+    window = next(r["window"] for r in records if "window" in r)
+    assert window["reason"] == "max_time" and not window["met"]  # target unreachable
+    rates = [r for r in records if "rate" in r]
+    assert len(rates) == window["observations"]
+    del read_fd, fcntl, json, os
 
 
 def test_device_kind_from_arguments():

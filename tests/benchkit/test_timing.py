@@ -31,8 +31,13 @@ def rates(records, task="train"):
     return [r for r in records if r.get("task") == task and "rate" in r]
 
 
+# Step counts only (no time window): what these tests check is the bookkeeping, exactly.
+COUNTS = {"warmup_min": 0, "warmup_max": 0, "min": 0, "max": 0}
+
+
 def make(pipe, loader, **kw):
     kw.setdefault("monitor", False)
+    kw.setdefault("measure", COUNTS)
     return TimedIterator(loader, writer=DataWriter(pipe.write_fd, flush_interval=3600), **kw)
 
 
@@ -59,8 +64,9 @@ def test_budget_ends_iteration_and_writes_stop(pipe):
         {
             "$event": "stop",
             "$data": {
-                "reason": "budget",
-                "observations": 13,
+                "reason": "stop_count",
+                "observations": 10,
+                "warmup_observations": 3,
                 "stop": 10,
                 "skip": 3,
                 "task": "train",
@@ -70,6 +76,9 @@ def test_budget_ends_iteration_and_writes_stop(pipe):
     assert records.index(stop[0]) == len(records) - 1
     progress = [r["progress"] for r in records if r.get("task") == "early_stop"]
     assert progress[0] == [0, 13] and progress[-1] == [13, 13]
+    window = [r["window"] for r in records if "window" in r]
+    assert len(window) == 1 and window[0]["observations"] == 10
+    assert window[0]["warmup_observations"] == 3 and window[0]["reason"] == "stop_count"
 
 
 def test_budget_spans_epochs_and_epoch_loop_exits(pipe):
@@ -237,6 +246,7 @@ def test_only_rank_zero_writes(pipe, monkeypatch):
         monitor=False,
         stop=2,
         skip=0,
+        measure=COUNTS,
     )
     for _ in it:
         pass

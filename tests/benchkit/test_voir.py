@@ -48,9 +48,19 @@ _VOIRFILE = textwrap.dedent(
 )
 
 
+# Step counts only: these tests check voir's plumbing with exact counts, not the window.
+COUNTS = {
+    "BENCHKIT_MEASURE_WARMUP_MIN": "0",
+    "BENCHKIT_MEASURE_WARMUP_MAX": "0",
+    "BENCHKIT_MEASURE_MIN": "0",
+    "BENCHKIT_MEASURE_MAX": "0",
+}
+
+
 def run_voir(folder, *args, env_extra=None):
     read_fd, write_fd = os.pipe()
-    env = dict(os.environ, DATA_FD=str(write_fd), **(env_extra or {}))
+    env = dict(os.environ, DATA_FD=str(write_fd), **COUNTS)
+    env.update(env_extra or {})
     proc = subprocess.Popen(
         [sys.executable, "-m", "voir", *args],
         pass_fds=[write_fd],
@@ -91,7 +101,8 @@ def test_voir_run_measures_and_stops_early(bench):
     losses = [r["loss"] for r in records if "loss" in r]
     assert losses[0] == 1.0 and 0.5 in losses  # epoch 0 then epoch 1 values
     stops = [r for r in records if r.get("$event") == "stop"]
-    assert len(stops) == 1 and stops[0]["$data"]["observations"] == 15
+    assert len(stops) == 1 and stops[0]["$data"]["observations"] == 12
+    assert stops[0]["$data"]["warmup_observations"] == 3
     # The stop is written before voir's finalize phase: nothing is lost.
     assert records.index(stops[0]) < len(records) - 1
     assert any("cpudata" in r for r in records) and any("process" in r for r in records)

@@ -1,0 +1,368 @@
+"""The measurement window: when warm-up ends, when measurement ends, how precise a rate is.
+
+Why time, not step counts: a budget of N steps tuned on one machine is 10 s on it, 40 min
+on a machine without native bf16 (which then hits its timeout and loses everything) and
+too short to measure on a fast one. So the window is defined in seconds (docs/
+measurement.md has the reasoning and the defaults):
+
+1. **warm-up** lasts at least ``warmup_min`` seconds *and* until the step time has
+   settled (the median of the last ``k`` steps is within ``settle`` of the median of the
+   ``k`` before; ``k`` covers about a quarter of a second, 3 steps at least), and never
+   more than ``warmup_max`` seconds. ``skip`` (a step count, from upstream's
+   ``voir.options``) is a lower bound on the warm-up steps;
+2. **measurement** lasts at least ``min`` seconds and at most ``max`` seconds; in between
+   it ends as soon as the 95% confidence interval of the mean rate is narrower than
+   ``precision`` (relative half-width) with at least ``min_observations`` observations.
+   ``stop`` (a step count) is an optional extra upper bound.
+
+The interval uses **batch means**: successive step rates are correlated (a slow period of
+the host, a thermal throttle, a garbage collection lasting several steps), and treating
+them as independent makes an interval look several times tighter than it is. The series
+is cut into 10 to 20 consecutive batches whose means are close to independent, and a
+Student t interval is computed over the batch means. The batches are kept as running sums
+(`BatchMeans`), so memory stays constant however many steps a window holds.
+
+Standard library only (copied into every benchmark environment); `milabench.report`
+uses the same functions, so the interval in a report is the one the benchmark stopped on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.
+_T975 = (
+    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+    2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+    2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
+)  # fmt: skip
+_Z975 = 1.959963984540054
+
+MIN_BATCHES = 10
+MAX_BATCHES = 20
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (df >= 1).
+
+    A table up to 30, then the Cornish-Fisher expansion around the normal quantile
+    (error below 1e-4 from df = 31 on).
+    """
+    if df < 1:
+        return math.inf
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
+
+
+class BatchMeans:
+    """Running batch means of a series: constant memory, a t interval over the batches.
+
+    Batches start with one value each; when there are ``2 * max_batches`` full batches,
+    neighbours are merged pairwise (the batch size doubles), so there are always between
+    ``max_batches`` and ``2 * max_batches`` full batches once the series is long enough.
+    A short series (fewer values than ``min_batches``) has one value per batch: the
+    plain t interval, the best that can be done with so few values.
+    """
+
+    __slots__ = ("_sums", "_size", "_partial_sum", "_partial_n", "n", "total", "max_batches")
+
+    def __init__(self, max_batches: int = MAX_BATCHES // 2) -> None:
+        # Merging happens at 2 * max_batches, so the count of full batches stays in
+        # [max_batches, 2 * max_batches): [10, 20) with the default.
+        self.max_batches = max(2, int(max_batches))
+        self._sums: list[float] = []
+        self._size = 1
+        self._partial_sum = 0.0
+        self._partial_n = 0
+        self.n = 0
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        self.n += 1
+        self.total += value
+        self._partial_sum += value
+        self._partial_n += 1
+        if self._partial_n == self._size:
+            self._sums.append(self._partial_sum)
+            self._partial_sum = 0.0
+            self._partial_n = 0
+            if len(self._sums) >= 2 * self.max_batches:
+                sums = self._sums
+                self._sums = [sums[i] + sums[i + 1] for i in range(0, len(sums) - 1, 2)]
+                self._size *= 2
+
+    def extend(self, values: Iterable[float]) -> None:
+        for v in values:
+            self.add(v)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else math.nan
+
+    @property
+    def batches(self) -> int:
+        return len(self._sums)
+
+    def interval(self) -> tuple[float, float] | None:
+        """(mean, half-width) of the 95% interval of the mean, or None (< 2 batches).
+
+        The centre is the mean of every value added; the spread comes from the full
+        batches (the partial last batch has a different variance and is left out of it).
+        """
+        b = len(self._sums)
+        if b < 2:
+            return None
+        size = self._size
+        means = [s / size for s in self._sums]
+        m = math.fsum(means) / b
+        var = math.fsum((x - m) ** 2 for x in means) / (b - 1)
+        half = t975(b - 1) * math.sqrt(var / b)
+        return self.mean, half
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its 95% interval, computed with batch means."""
+
+    mean: float
+    low: float
+    high: float
+    observations: int
+    batches: int
+
+    @property
+    def halfwidth(self) -> float:
+        """Half-width relative to the mean (0.02 = +/-2%); inf when it cannot be told."""
+        if not self.mean or math.isnan(self.mean):
+            return math.inf
+        return (self.high - self.low) / 2 / abs(self.mean)
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+def rate_interval(values: Sequence[float]) -> Interval | None:
+    """95% interval of the mean of a time-ordered series (None for fewer than 2 values)."""
+    bm = BatchMeans()
+    bm.extend(v for v in values if not math.isnan(v))
+    found = bm.interval()
+    if found is None:
+        return None
+    mean, half = found
+    return Interval(mean, mean - half, mean + half, bm.n, bm.batches)
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    if not n:
+        return math.nan
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def has_settled(durations: Sequence[float], tolerance: float, span: float = 0.25) -> bool:
+    """Whether the step time has stopped drifting at the end of ``durations``.
+
+    Compares the median of the last ``k`` step durations with the median of the ``k``
+    before, ``k`` being the number of recent steps that last about ``span`` seconds (3 at
+    least): a few steps when they are slow, more when they are fast, so that one noisy
+    step does not decide.
+    """
+    if len(durations) < 6:
+        return False
+    recent = median(durations[-3:])
+    k = 3 if recent <= 0 else max(3, min(len(durations) // 2, int(span / recent)))
+    if len(durations) < 2 * k:
+        return False
+    last = median(durations[-k:])
+    before = median(durations[-2 * k : -k])
+    if before <= 0:
+        return False
+    return abs(last - before) / before <= tolerance
+
+
+@dataclass(frozen=True)
+class WindowSettings:
+    """The measurement window of one benchmark, in seconds (see the module docstring)."""
+
+    warmup_min: float = 1.0
+    warmup_max: float = 10.0
+    settle: float = 0.05
+    min: float = 6.0
+    max: float = 30.0
+    precision: float = 0.02
+    min_observations: int = 10
+    stop: int = 0  # measured observations at most (0: no count bound)
+    skip: int = 0  # warm-up observations at least
+
+
+WARMUP = "warmup"
+MEASURE = "measure"
+DONE = "done"
+
+
+@dataclass
+class Window:
+    """The state machine of one measurement window.
+
+    The caller (`benchkit.timing.TimedIterator`) times steps and, a few times a second,
+    hands over the steps completed since the last call: `add_warmup` for steps issued
+    during warm-up, `add_measured` for the others; then `update` decides whether warm-up
+    or measurement is over. ``done`` becomes true with ``reason`` saying why
+    (``precision``, ``max_time``, ``stop_count``); `finish` records ``ended`` (or
+    ``ended_in_warmup``) when the loop ran out first.
+
+    Steps are routed by the caller, not by the time they are handed over, because on an
+    accelerator a step issued during warm-up may complete after measurement began.
+    """
+
+    settings: WindowSettings = field(default_factory=WindowSettings)
+    phase: str = WARMUP
+    reason: str | None = None
+    started: float | None = None
+    measure_started: float | None = None
+    warmup_durations: list[float] = field(default_factory=list)
+    warmup_seconds: float = 0.0
+    settled: bool = False
+    stats: BatchMeans = field(default_factory=BatchMeans)
+    measured_seconds: float = 0.0
+    busy_seconds: float = 0.0  # sum of the measured steps' own durations
+
+    @property
+    def done(self) -> bool:
+        return self.phase == DONE
+
+    @property
+    def measuring(self) -> bool:
+        return self.phase == MEASURE
+
+    @property
+    def observations(self) -> int:
+        return self.stats.n
+
+    def start(self, now: float) -> None:
+        """The first step begins (later calls are ignored)."""
+        if self.started is None:
+            self.started = now
+            s = self.settings
+            if s.warmup_max <= 0 and s.skip <= 0:
+                self._begin_measure(now)
+
+    def add_warmup(self, durations: Sequence[float]) -> None:
+        self.warmup_durations.extend(durations)
+
+    def add_measured(self, durations: Sequence[float], rates: Sequence[float]) -> None:
+        self.stats.extend(rates)
+        self.busy_seconds += math.fsum(durations)
+
+    def update(self, now: float) -> bool:
+        """Re-evaluate the phase at time ``now``; True when it changed."""
+        if self.started is None:
+            self.start(now)
+        phase = self.phase
+        if phase == WARMUP:
+            self._check_warmup(now)
+        if self.phase == MEASURE:
+            self._check_measure(now)
+        return self.phase != phase
+
+    def _check_warmup(self, now: float) -> None:
+        s = self.settings
+        elapsed = now - (self.started if self.started is not None else now)
+        n = len(self.warmup_durations)
+        if n < max(1, s.skip) or elapsed < s.warmup_min:
+            return
+        if s.warmup_max > 0:
+            self.settled = has_settled(self.warmup_durations, s.settle)
+        if self.settled or elapsed >= s.warmup_max:
+            self._begin_measure(now)
+
+    def _begin_measure(self, now: float) -> None:
+        self.phase = MEASURE
+        self.measure_started = now
+        if self.started is not None:
+            self.warmup_seconds = now - self.started
+
+    def _check_measure(self, now: float) -> None:
+        s = self.settings
+        start = self.measure_started if self.measure_started is not None else now
+        self.measured_seconds = now - start
+        n = self.stats.n
+        if s.stop and n >= s.stop:
+            self._finish("stop_count")
+        elif s.max and self.measured_seconds >= s.max:
+            self._finish("max_time")
+        elif s.max and self.measured_seconds >= s.min and n >= s.min_observations:
+            found = self.stats.interval()
+            if found is not None and found[0] and found[1] / abs(found[0]) <= s.precision:
+                self._finish("precision")
+
+    def _finish(self, reason: str) -> None:
+        self.phase = DONE
+        self.reason = reason
+
+    def finish(self, now: float) -> None:
+        """The loop ended before the window did (the script ran out of data or stopped)."""
+        if self.phase == DONE:
+            return
+        if self.phase == MEASURE:
+            start = self.measure_started if self.measure_started is not None else now
+            self.measured_seconds = now - start
+            self._finish("ended")
+        else:
+            if self.started is not None:
+                self.warmup_seconds = now - self.started
+            self._finish("ended_in_warmup")
+
+    def interval(self) -> Interval | None:
+        found = self.stats.interval()
+        if found is None:
+            return None
+        mean, half = found
+        return Interval(mean, mean - half, mean + half, self.stats.n, self.stats.batches)
+
+    def warmup_record(self) -> dict[str, Any]:
+        """The ``warmup`` record written when measurement begins."""
+        return {
+            "seconds": round(self.warmup_seconds, 6),
+            "observations": len(self.warmup_durations),
+            "settled": self.settled,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The ``window`` record written when the window ends (docs/measurement.md)."""
+        s = self.settings
+        ci = self.interval()
+        halfwidth = ci.halfwidth if ci is not None else None
+        met = bool(
+            ci is not None
+            and halfwidth is not None
+            and halfwidth <= s.precision
+            and self.stats.n >= s.min_observations
+        )
+        return {
+            "observations": self.stats.n,
+            "warmup_s": round(self.warmup_seconds, 6),
+            "warmup_observations": len(self.warmup_durations),
+            "settled": self.settled,
+            "measured_s": round(self.measured_seconds, 6),
+            "mean": self.stats.mean if self.stats.n else None,
+            "ci95": [ci.low, ci.high] if ci is not None else None,
+            "halfwidth": halfwidth if halfwidth is not None and math.isfinite(halfwidth) else None,
+            "batches": self.stats.batches,
+            "target": s.precision,
+            "met": met,
+            "min_observations": s.min_observations,
+            "reason": self.reason,
+        }
