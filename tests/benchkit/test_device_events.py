@@ -13,7 +13,6 @@ import time
 from benchkit.channel import DataWriter
 from benchkit.timing import TimedIterator, _EventClock
 
-
 LAG = 0.05  # the device finishes a step this long after the host queued it
 
 

@@ -120,7 +120,7 @@ def test_stops_when_and_only_when_the_interval_is_narrow_enough():
     w, decisions = drive(s, rates, 0.01)
     assert w.done and w.reason == "precision"
     measure_start = w.measure_started
-    for now, done, half, n in decisions[:-1]:  # every earlier decision had a reason to go on
+    for now, _done, half, n in decisions[:-1]:  # every earlier decision had a reason to go on
         if now - measure_start >= s.min and n >= s.min_observations and half is not None:
             assert half > s.precision
     _, _, half, n = decisions[-1]
