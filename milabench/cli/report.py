@@ -4,7 +4,9 @@
                      [--output FILE] [--config SUITE] [--validations a,b|all]
 
 With `--config`, the suite's entries give the weights (benchmarks that did not run count
-in the score with their reason). The exit code follows the validation layers.
+in the score with their reason). The exit code is 0 exactly when the printed verdict is
+PASS (`milabench.report.outcome.run_verdict`: something was measured, the failure rate is
+at most 1%, every enabled validation layer passed); a FAIL prints each reason.
 """
 
 from __future__ import annotations

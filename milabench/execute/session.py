@@ -206,21 +206,49 @@ def summary_lines(results: list[BenchmarkResult]) -> list[str]:
     return lines
 
 
+def fallback_verdict(results: list[BenchmarkResult]) -> tuple[str, int, str | None]:
+    """(verdict, exit code, why) without `milabench.report`: something must have run.
+
+    Only used when the report package cannot be imported; it keeps the rule that an
+    empty or all-skipped run fails and says why.
+    """
+    ran = [r for r in results if r.status not in ("skipped", "resumed")]
+    if not ran:
+        skipped = [r.tag for r in results if r.status == "skipped"]
+        why = (
+            "every selected benchmark was skipped: " + ", ".join(skipped)
+            if skipped
+            else "no benchmark ran"
+        )
+        return "FAIL", 1, f"nothing was measured: {why}"
+    if all(r.succeeded for r in results):
+        return "PASS", 0, None
+    return "FAIL", 1, None
+
+
 def print_report(
     suite, run_dir: Path, results: list[BenchmarkResult], validations: list[str], out: IO[str]
 ) -> int:
-    """The report of the run folder (milabench.report), or a plain summary without it."""
+    """The report of the run folder; its exit code is the verdict it prints.
+
+    The report is built even when no `.data` file was written (an empty or fully
+    excluded selection): it then says that nothing was measured, and why, and fails.
+    """
     try:
         from milabench.report import build_report, render
     except ImportError:
         build_report = None
-    if build_report is not None and any(run_dir.glob("*.data")):
+    if build_report is not None:
         report = build_report([run_dir], entries=suite.entries, validations=validations or None)
         out.write(render(report, "text").rstrip("\n") + "\n")
         return report.exit_code
     for line in summary_lines(results):
         out.write(line + "\n")
-    return 0 if all(r.succeeded for r in results) else 1
+    verdict, code, why = fallback_verdict(results)
+    out.write(f"Verdict: {verdict} (exit code {code})\n")
+    if why:
+        out.write(f"  - {why}\n")
+    return code
 
 
 def run_session(

@@ -1,12 +1,16 @@
 """From `FileResult`s to per-benchmark statistics, benchmark scores and the suite score.
 
 Rules (spec report.md sections 1-3, written out in docs/reports.md):
-* a file succeeds when the instrumentation stopped it early, or when it returned 0 with at
-  least one `train_rate` sample and no NaN loss; capability skips are neither;
+* whether a file succeeded is `milabench.report.outcome`'s one rule (`file_status` only
+  gathers its facts); capability skips are neither success nor failure;
 * the rate samples of the successful files of a benchmark are pooled, the single min and
   max dropped when there are 5 or more (`stats.trim`), then summarised;
 * benchmark score = (per_gpu: sum over devices of each device's trimmed mean rate;
   otherwise the trimmed mean of the pooled rates) x (1 - fail / n);
+* every benchmark says how good its number is: observations, warm-up and measured time,
+  the 95% interval of its rate (batch means per file, `benchkit.window.rate_interval`,
+  combined as independent errors) and whether the precision target was met, with a
+  warning for each shortfall (docs/measurement.md);
 * suite score = exp(sum w ln(score + 1) / sum w), w = weight x enabled; an enabled,
   weighted benchmark without a result scores 0 and carries the reason.
 """
@@ -17,42 +21,175 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from milabench.report import stats
+from benchkit.window import Interval, rate_interval
+from milabench.report import outcome, stats
+from milabench.report.numbers import fmt_seconds, fmt_sig
 from milabench.report.runs import FileResult
 
-SUCCESS = "success"
+SUCCESS = outcome.SUCCESS
+
+DEFAULT_PRECISION = 0.02
+DEFAULT_MIN_OBSERVATIONS = 10
+DEFAULT_REQUIRED_OBSERVATIONS = 1
+
+
+def _setting(fr: FileResult, key: str, default: float) -> float:
+    """A number of the file's `measure` block ("2%" accepted), else the default."""
+    value = fr.measure.get(key)
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            return float(value.strip()[:-1]) / 100.0
+        except ValueError:
+            return default
+    try:
+        out = float(value) if value is not None and not isinstance(value, bool) else default
+    except (TypeError, ValueError):
+        return default
+    return out if math.isfinite(out) else default
+
+
+def required_observations(fr: FileResult) -> int:
+    """Fewest rates that count as "measured" (`measure.required_observations`, default 1)."""
+    return max(1, int(_setting(fr, "required_observations", DEFAULT_REQUIRED_OBSERVATIONS)))
+
+
+def file_facts(fr: FileResult, group_has_rates: bool = False) -> outcome.Facts:
+    """What the success rule needs to know about one file.
+
+    ``group_has_rates``: another file of the same multi-node launch (same tag without the
+    node part) reported the rates; only ranks with a node part can rely on it.
+    """
+    return outcome.Facts(
+        skipped=fr.skipped,
+        early_stop=fr.early_stop,
+        has_end=fr.has_end,
+        return_code=fr.return_code,
+        observations=len(fr.rates),
+        nan_loss=fr.nan_loss,
+        errors=len(fr.errors),
+        # install/prepare logs measure nothing: for them a clean exit is the success.
+        rates_elsewhere=(fr.node is not None and group_has_rates) or fr.phase != "run",
+        required=required_observations(fr),
+    )
 
 
 def file_status(fr: FileResult, group_has_rates: bool = False) -> str:
-    """success | skipped | timed out | interrupted | incomplete | failed."""
-    if fr.skipped:
-        return "skipped"
-    if fr.early_stop:
-        return SUCCESS
-    rc = fr.return_code
-    if rc == "TIMEOUT":
-        return "timed out"
-    if rc == "INTERRUPTED":
-        return "interrupted"
-    if not fr.has_end:
-        return "incomplete"
-    has_rates = bool(fr.rates) or (fr.node is not None and group_has_rates)
-    if rc == 0 and has_rates and not fr.nan_loss:
-        return SUCCESS
-    return "failed"
+    """success | skipped | failed | timed out | interrupted | incomplete (`outcome.status`)."""
+    return outcome.status(file_facts(fr, group_has_rates))
 
 
-def failure_detail(fr: FileResult, status: str) -> str:
-    """Why a file is not a success, in a few words."""
-    if status in ("timed out", "interrupted", "incomplete"):
-        return status if status != "incomplete" else "incomplete (no end event)"
-    if fr.return_code not in (0, None):
-        return f"exit code {fr.return_code}"
-    if fr.nan_loss:
-        return "NaN loss"
-    if not fr.rates:
-        return "no throughput sample"
-    return status
+def failure_detail(fr: FileResult, status: str | None = None, group_has_rates: bool = False) -> str:
+    """Why a file is not a success, in a few words (`outcome.detail`)."""
+    return outcome.detail(file_facts(fr, group_has_rates), status)
+
+
+@dataclass
+class FileWindow:
+    """How well one file measured: from its `window`/`warmup` records, else recomputed."""
+
+    observations: int
+    warmup_s: float | None
+    measured_s: float | None
+    interval: Interval | None  # recomputed from the file's rates (time order)
+    halfwidth: float | None  # relative; the window record's when there is one
+    target: float
+    min_observations: int
+    met: bool
+    settled: bool | None
+    reason: str | None
+
+
+def _num_or_none(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def file_window(fr: FileResult) -> FileWindow:
+    """The measurement window of one file (docs/measurement.md sections 2-3).
+
+    The interval is always recomputed from the rates with the benchmark's own code, so
+    files without a `window` record (older runs, third-party scripts, a process killed
+    before its window ended) are judged the same way; a `window` record, when present,
+    gives the times, the target and whether the benchmark itself found it met.
+    """
+    win = fr.window or {}
+    warm = fr.warmup or {}
+    interval = rate_interval(fr.rates)
+    target = _num_or_none(win.get("target"))
+    if target is None:
+        target = _setting(fr, "precision", DEFAULT_PRECISION)
+    min_obs = win.get("min_observations")
+    if not isinstance(min_obs, int) or isinstance(min_obs, bool):
+        min_obs = int(_setting(fr, "min_observations", DEFAULT_MIN_OBSERVATIONS))
+    halfwidth = _num_or_none(win.get("halfwidth")) if fr.window else None
+    if halfwidth is None and interval is not None and math.isfinite(interval.halfwidth):
+        halfwidth = interval.halfwidth
+    n = len(fr.rates)
+    if fr.window and isinstance(win.get("met"), bool):
+        met = win["met"]
+    else:
+        met = halfwidth is not None and halfwidth <= target and n >= min_obs
+    warmup_s = _num_or_none(win.get("warmup_s"))
+    if warmup_s is None:
+        warmup_s = _num_or_none(warm.get("seconds"))
+    measured_s = _num_or_none(win.get("measured_s"))
+    if measured_s is None:
+        # n timed records span n - 1 steps between the first and the last: scale up.
+        times = [t for t in fr.rate_times if t is not None]
+        if len(times) >= 2 and times[-1] > times[0]:
+            measured_s = (times[-1] - times[0]) * len(times) / (len(times) - 1)
+    settled = win.get("settled", warm.get("settled"))
+    reason = win.get("reason")
+    return FileWindow(
+        observations=n,
+        warmup_s=warmup_s,
+        measured_s=measured_s,
+        interval=interval,
+        halfwidth=halfwidth,
+        target=target,
+        min_observations=min_obs,
+        met=bool(met),
+        settled=settled if isinstance(settled, bool) else None,
+        reason=reason if isinstance(reason, str) else None,
+    )
+
+
+def _short_pct(fraction: float) -> str:
+    """A relative half-width as a short percentage: 0.041 -> "4.1%", 0.02 -> "2%"."""
+    text = fmt_sig(100.0 * fraction, 2)
+    if "." in text and "e" not in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def window_warnings(w: FileWindow) -> list[str]:
+    """Human sentences for every way a window fell short (warnings never fail a run)."""
+    out: list[str] = []
+    n = w.observations
+    ran_out = w.reason in ("ended", "ended_in_warmup")
+    if n < w.min_observations:
+        msg = f"{n} observations, fewer than the {w.min_observations} wanted"
+        if not ran_out and n and w.measured_s:
+            msg += (
+                f": the step ({fmt_seconds(w.measured_s / n)}) is long for the "
+                f"{fmt_seconds(w.measured_s)} window"
+            )
+        out.append(msg)
+    if w.halfwidth is not None and w.halfwidth > w.target:
+        out.append(f"95% interval ±{_short_pct(w.halfwidth)}, target ±{_short_pct(w.target)}")
+    elif w.halfwidth is None and n and n >= w.min_observations:
+        out.append(f"95% interval unknown, target ±{_short_pct(w.target)}")
+    if w.reason == "ended_in_warmup":
+        warm = f" after {fmt_seconds(w.warmup_s)}" if w.warmup_s is not None else ""
+        out.append(f"the loop ended during warm-up{warm}: nothing measured after it")
+    elif w.settled is False:
+        cap = f" (capped at {fmt_seconds(w.warmup_s)})" if w.warmup_s is not None else ""
+        out.append(f"warm-up never settled{cap}: the step time was still moving")
+    if w.reason == "ended":
+        measured = f" after {fmt_seconds(w.measured_s)}" if w.measured_s is not None else ""
+        out.append(f"the loop ran out{measured}, before the window's end")
+    return out
 
 
 @dataclass
@@ -82,6 +219,18 @@ class BenchResult:
     perf_per_watt: float | None = None
     reason: str | None = None
     phase: str = "run"
+    # How good the number is (docs/measurement.md): over the successful files.
+    observations: int = 0
+    warmup_s: float | None = None  # the longest warm-up of the benchmark's processes
+    measured_s: float | None = None  # the longest measured window
+    ci_low: float | None = None  # 95% interval of `raw_rate` (the benchmark's rate)
+    ci_high: float | None = None
+    halfwidth: float | None = None  # relative to `raw_rate`
+    target: float | None = None
+    target_met: bool | None = None
+    min_observations: int | None = None  # the observations wanted per process
+    warnings: list[str] = field(default_factory=list)
+    peak_rss: float | None = None  # bytes
 
     @property
     def perf(self) -> float:
@@ -155,7 +304,7 @@ def aggregate_benchmark(br: BenchResult) -> BenchResult:
     for fr in files:
         st = file_status(fr, fr.group_key in groups_with_rates)
         br.statuses[fr.tag] = st
-        if st != "skipped":
+        if st != outcome.SKIPPED:
             active.append(fr)
     br.n = len(active)
     ok = [fr for fr in active if br.statuses[fr.tag] == SUCCESS]
@@ -182,8 +331,66 @@ def aggregate_benchmark(br: BenchResult) -> BenchResult:
     else:
         br.score = 0.0
     _accelerator_stats(br, ok, per_gpu)
+    _measurement_quality(br, ok, per_gpu)
     br.reason = missing_reason(br)
     return br
+
+
+def combine_halfwidths(groups: list[list[float]]) -> float:
+    """Absolute half-width of a sum over groups of averages of independent estimates.
+
+    Each group (one device) averages its repeats: the half-width of a mean of ``k``
+    independent estimates is ``sqrt(sum h^2) / k``; the groups are summed (per_gpu: the
+    benchmark's rate is the sum over devices), so their half-widths add in quadrature.
+    """
+    total = 0.0
+    for halves in groups:
+        k = len(halves)
+        total += math.fsum(h * h for h in halves) / (k * k)
+    return math.sqrt(total)
+
+
+def _measurement_quality(br: BenchResult, ok: list[FileResult], per_gpu: bool) -> None:
+    """Observations, times, the 95% interval of the rate, the target, the warnings.
+
+    Peak RSS is over every process that ran, failed ones included (a process killed for
+    its memory should show how much it had); the rest describes the reported figure, so
+    only the successful files count.
+    """
+    rss = [
+        fr.peak_rss
+        for fr in br.files
+        if fr.peak_rss is not None and br.statuses.get(fr.tag) != outcome.SKIPPED
+    ]
+    br.peak_rss = max(rss) if rss else None
+    measured = [fr for fr in ok if fr.rates]
+    if not measured:
+        return
+    windows = {fr.tag: file_window(fr) for fr in measured}
+    br.observations = sum(w.observations for w in windows.values())
+    warm = [w.warmup_s for w in windows.values() if w.warmup_s is not None]
+    br.warmup_s = max(warm) if warm else None
+    spans = [w.measured_s for w in windows.values() if w.measured_s is not None]
+    br.measured_s = max(spans) if spans else None
+    br.target = windows[measured[0].tag].target
+    br.min_observations = windows[measured[0].tag].min_observations
+    br.target_met = all(w.met for w in windows.values())
+    several = len(measured) > 1
+    for fr in measured:
+        prefix = f"{fr.tag}: " if several else ""
+        br.warnings.extend(prefix + text for text in window_warnings(windows[fr.tag]))
+    groups: dict[str, list[float]] = defaultdict(list)
+    for fr in measured:
+        found = windows[fr.tag].interval
+        if found is None:  # one observation: its error cannot be told, nor the sum's
+            return
+        groups[(fr.device or "0") if per_gpu else "all"].append((found.high - found.low) / 2)
+    centre = br.raw_rate
+    if math.isnan(centre):
+        return
+    half = combine_halfwidths(list(groups.values()))
+    br.ci_low, br.ci_high = centre - half, centre + half
+    br.halfwidth = half / abs(centre) if centre else None
 
 
 def missing_reason(br: BenchResult) -> str | None:
@@ -195,16 +402,17 @@ def missing_reason(br: BenchResult) -> str | None:
     if not br.files:
         return "not run" if br.enabled else "disabled"
     statuses = set(br.statuses.values())
-    if statuses == {"skipped"}:
+    groups = {fr.group_key for fr in br.files if fr.rates}
+    if statuses == {outcome.SKIPPED}:
         return next(fr.skip_reason for fr in br.files if fr.skip_reason)
-    for st in ("timed out", "interrupted", "incomplete"):
+    for st in (outcome.TIMED_OUT, outcome.INTERRUPTED, outcome.INCOMPLETE):
         if st in statuses:
             return st
     details = sorted(
         {
-            failure_detail(fr, br.statuses[fr.tag])
+            failure_detail(fr, br.statuses[fr.tag], fr.group_key in groups)
             for fr in br.files
-            if br.statuses[fr.tag] == "failed"
+            if br.statuses[fr.tag] == outcome.FAILED
         }
     )
     return "failed" + (f" ({', '.join(details)})" if details else "")
@@ -219,7 +427,9 @@ class SuiteScore:
     total_fail: int
 
 
-def suite_score(benches: list[BenchResult], *, max_failure_rate: float = 0.01) -> SuiteScore:
+def suite_score(
+    benches: list[BenchResult], *, max_failure_rate: float = outcome.DEFAULT_MAX_FAILURE_RATE
+) -> SuiteScore:
     """Weighted geometric mean with +1 smoothing, failure rate and the PASS/FAIL verdict."""
     benches = [br for br in benches if br.phase == "run"]
     num = den = 0.0
@@ -234,5 +444,8 @@ def suite_score(benches: list[BenchResult], *, max_failure_rate: float = 0.01) -
     total_n = sum(br.n for br in benches)
     total_fail = sum(br.fail for br in benches)
     rate = total_fail / total_n if total_n else 0.0
-    verdict = "PASS" if total_n and rate <= max_failure_rate else "FAIL"
+    # The failure-rate part of the rule (the report's verdict adds the validation layers).
+    verdict = outcome.run_verdict(
+        total_n=total_n, total_fail=total_fail, max_failure_rate=max_failure_rate
+    ).verdict
     return SuiteScore(score, rate, verdict, total_n, total_fail)

@@ -3,6 +3,9 @@
 The report is plain data; renderers only format it. Entry fields (weight, enabled, plan)
 come from the suite's `all_entries` when the caller has them (so benchmarks that did not
 run still weigh in the suite score), otherwise from each file's `config` event.
+
+The verdict and the exit code come from one `outcome.run_verdict` call made here, so the
+PASS/FAIL a report prints and the code `milabench run`/`report` exits with cannot differ.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from milabench.report import outcome
 from milabench.report.aggregate import (
     BenchResult,
     SuiteScore,
@@ -31,6 +35,11 @@ class Report:
     benchmarks: list[BenchResult]
     suite: SuiteScore
     layers: list[LayerResult] = field(default_factory=list)
+    decision: outcome.Verdict | None = None  # computed from the rest when not given
+
+    def __post_init__(self) -> None:
+        if self.decision is None:
+            self.decision = run_outcome(self.benchmarks, self.suite, self.layers, self.sources)
 
     @property
     def score(self) -> float:
@@ -42,12 +51,23 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        return self.suite.verdict
+        """PASS or FAIL (`outcome.run_verdict`: failure rate, layers, something measured)."""
+        return self.decision.verdict
 
     @property
     def exit_code(self) -> int:
-        """0 only when every enabled validation layer passed."""
-        return 0 if all(layer.passed for layer in self.layers) else 1
+        """0 exactly when the verdict is PASS (the same `run_verdict` call)."""
+        return self.decision.exit_code
+
+    @property
+    def verdict_reasons(self) -> list[str]:
+        """Every reason for a FAIL ([] for a PASS)."""
+        return list(self.decision.reasons)
+
+    @property
+    def warnings(self) -> list[tuple[str, str]]:
+        """(benchmark, sentence) for every measurement warning (they never fail a run)."""
+        return [(br.name, w) for br in self.benchmarks for w in br.warnings]
 
     @property
     def errors(self) -> list[ErrorGroup]:
@@ -112,15 +132,54 @@ def build_report(
     )
 
 
+def nothing_measured_why(benches: list[BenchResult], sources: list[Path]) -> str:
+    """Why a run measured nothing: which benchmarks were skipped, disabled or not run."""
+    rows = [br for br in benches if br.phase == "run"]
+    where = ", ".join(str(s) for s in sources) or "the run folder"
+    if not any(br.files for br in rows):
+        if not rows:
+            return f"no benchmark ran (no .data file in {where})"
+        names = ", ".join(br.name for br in rows[:10]) + (", ..." if len(rows) > 10 else "")
+        return f"no benchmark ran (no .data file in {where}; selected: {names})"
+    # total_n == 0: every file present was skipped; the other rows have no file at all.
+    reasons = [(br.name, br.reason or "not run") for br in rows]
+    if all(r.startswith("skipped") for _, r in reasons):
+        head = "every selected benchmark was skipped"
+    else:
+        head = "every selected benchmark was skipped, disabled or not run"
+    listed = "; ".join(f"{name} ({r})" for name, r in reasons[:10])
+    return f"{head}: {listed}" + ("; ..." if len(reasons) > 10 else "")
+
+
+def run_outcome(
+    benches: list[BenchResult],
+    suite: SuiteScore,
+    layers: list[LayerResult],
+    sources: list[Path],
+) -> outcome.Verdict:
+    """The one `outcome.run_verdict` call: the printed verdict and the exit code.
+
+    Counts are the run-phase processes that were not skipped. A report of install or
+    prepare logs only has none: there every log counts as a process and the `error`
+    layer judges them (a log measures nothing, so "nothing measured" would be wrong).
+    """
+    total_n, total_fail = suite.total_n, suite.total_fail
+    has_run = any(br.phase == "run" and br.files for br in benches)
+    logs = [fr for br in benches if br.phase != "run" for fr in br.files]
+    why = None
+    if total_n == 0:
+        if not has_run and logs:
+            total_n = len(logs)
+        else:
+            why = nothing_measured_why(benches, sources)
+    return outcome.run_verdict(
+        total_n=total_n,
+        total_fail=total_fail,
+        failed_layers=[layer.name for layer in layers if not layer.passed],
+        nothing_measured_why=why,
+    )
+
+
 def _first_start(br: BenchResult) -> float:
     starts = [fr.start_time for fr in br.files if fr.start_time is not None]
     return min(starts) if starts else math.inf
-
-
-def fmt_float(x: float | None, digits: int = 2) -> str:
-    """Fixed decimals, but 4 significant digits for small values (0.01234 TFLOPS)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if 0 < abs(x) < 1:
-        return f"{x:.4g}"
-    return f"{x:.{digits}f}"

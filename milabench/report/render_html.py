@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from html import escape
 
-from milabench.report.build import Report, fmt_float
-from milabench.report.render_tables import COLUMNS, _table_cells, breakdown_rows
+from milabench.report.build import Report
+from milabench.report.numbers import fmt_pct, fmt_sig
+from milabench.report.render_tables import (
+    COLUMNS,
+    _table_cells,
+    breakdown_rows,
+    fmt_halfwidth,
+    system_value,
+    verdict_line,
+    warning_lines,
+)
 from milabench.report.runs import FileResult
 from milabench.report.svg import bar_chart, line_chart
 
@@ -72,24 +81,28 @@ def _usage_series(files: list[FileResult], t0: float) -> tuple[dict, dict, str]:
 
 def render_html(report: Report) -> str:
     rows = breakdown_rows(report)
-    ok = report.verdict == "PASS" and report.exit_code == 0
+    ok = report.exit_code == 0
     h = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>milabench report: {escape(report.verdict)}</title>",
         f"<style>{STYLE}</style></head><body>",
         "<h1>milabench report</h1>",
-        f'<p class="verdict {"pass" if ok else "fail"}"><b>{escape(report.verdict)}</b>: '
-        f"failure rate {100 * report.failure_rate:.2f}%, score {report.score:.2f}, "
-        f"exit code {report.exit_code}</p>",
+        f'<p class="verdict {"pass" if ok else "fail"}"><b>{escape(verdict_line(report))}</b>: '
+        f"failure rate {fmt_pct(100 * report.failure_rate)}, score {fmt_sig(report.score)}</p>",
         "<p>Sources: "
         + ", ".join(f"<code>{escape(str(s))}</code>" for s in report.sources)
         + "</p>",
-        "<h2>System</h2><table>",
     ]
+    if report.verdict_reasons:
+        h.append('<ul class="reasons fail">')
+        h += [f"<li>{escape(reason)}</li>" for reason in report.verdict_reasons]
+        h.append("</ul>")
+    h.append("<h2>System</h2><table>")
     for key in ("cpu", "n_cpu", "product", "n_gpu", "memory", "hostname"):
-        val = report.system.get(key)
-        h.append(f"<tr><th>{key}</th><td>{escape('-' if val is None else str(val))}</td></tr>")
+        h.append(
+            f"<tr><th>{key}</th><td>{escape(system_value(key, report.system.get(key)))}</td></tr>"
+        )
     h += ["</table>", '<h2>Breakdown</h2><table class="breakdown"><tr>']
     h += [f"<th>{escape(c)}</th>" for c in COLUMNS] + ["<th>reason</th></tr>"]
     for r in rows:
@@ -101,6 +114,11 @@ def render_html(report: Report) -> str:
             + f"<td>{escape(r.get('reason') or '')}</td></tr>"
         )
     h.append("</table>")
+    warnings = warning_lines(report)
+    if warnings:
+        h.append('<h2>Warnings</h2><ul class="warnings">')
+        h += [f"<li>{escape(w)}</li>" for w in warnings]
+        h.append("</ul>")
     bars = [
         (br.name, br.perf, br.summary.std if br.summary else 0.0)
         for br in report.benchmarks
@@ -133,7 +151,9 @@ def render_html(report: Report) -> str:
         units = br.units or "rate"
         h.append(
             f'<h3 id="bench-{escape(br.name)}">{escape(br.name)}</h3>'
-            f"<p>perf {fmt_float(br.perf)} {escape(units)}, score {fmt_float(br.score)}"
+            f"<p>perf {fmt_sig(br.perf)} {escape(units)} (95% interval "
+            f"{escape(fmt_halfwidth(br.halfwidth))}, {br.observations:,} observations), "
+            f"score {fmt_sig(br.score)}"
             + (f", reason: {escape(br.reason)}" if br.reason else "")
             + '</p><div class="plots">'
         )

@@ -1,6 +1,9 @@
 """Text, Markdown, CSV and JSON renderings of a `Report`.
 
 All of them start from `breakdown_rows`, so the numbers are the same in every format.
+People read numbers through `numbers.fmt_sig` (3 significant digits, never "0.0");
+CSV and JSON keep full precision. Every format carries the verdict with its reasons and
+how good each figure is (observations, warm-up, measured time, 95% interval, target).
 The text layout follows upstream's report (sources, System, Breakdown, Scores, Errors);
 Markdown is the same content fit for a pull-request comment (tables, a folded Errors
 section); JSON keeps numbers as numbers (`null` for a missing value, with `reason`).
@@ -14,9 +17,14 @@ import json
 import math
 from typing import Any
 
-from milabench.report.build import Report, fmt_float
+from milabench.report.build import Report
+from milabench.report.numbers import MISSING, fmt_bytes, fmt_pct, fmt_seconds, fmt_sig
 
-COLUMNS = ["bench", "fail", "n", "ngpu", "perf", "sem%", "std%", "peak_memory", "score", "weight"]
+COLUMNS = [
+    "bench", "fail", "n", "ngpu", "perf", "95% CI", "obs", "warm-up", "measured", "target",
+    "sem%", "std%", "peak RSS", "peak acc mem", "score", "weight",
+]  # fmt: skip
+PERF = COLUMNS.index("perf")
 
 
 def _num(x: float | None) -> float | None:
@@ -26,7 +34,7 @@ def _num(x: float | None) -> float | None:
 
 
 def breakdown_rows(report: Report) -> list[dict[str, Any]]:
-    """One JSON-able dict per benchmark (the JSON `benchmarks` list)."""
+    """One JSON-able dict per benchmark (the JSON `benchmarks` list), full precision."""
     rows = []
     for br in report.benchmarks:
         if br.phase != "run":
@@ -38,43 +46,70 @@ def breakdown_rows(report: Report) -> list[dict[str, Any]]:
             "fail": br.fail,
             "ngpu": br.ngpu,
             "perf": _num(br.perf),
+            "rate": _num(br.raw_rate),  # the benchmark's rate (per_gpu: sum over devices)
             "std": _num(s.std_pct) if s else None,
             "sem": _num(s.sem_pct) if s else None,
             "score": _num(br.score) if s else 0.0,
             "weight": br.effective_weight,
             "units": br.units,
             "enabled": br.enabled,
-            "peak_memory": br.peak_memory,
+            "observations": br.observations,
+            "warmup_s": _num(br.warmup_s),
+            "measured_s": _num(br.measured_s),
+            "median": _num(s.median) if s else None,
+            "ci95_low": _num(br.ci_low),
+            "ci95_high": _num(br.ci_high),
+            "halfwidth": _num(br.halfwidth),
+            "target": _num(br.target),
+            "target_met": br.target_met,
+            "min_observations": br.min_observations,
+            "peak_rss": _num(br.peak_rss),
+            "peak_memory": _num(br.peak_memory),
             "mean_load": br.mean_load,
             "energy": br.energy,
             "perf_per_watt": br.perf_per_watt,
             "samples": len(br.samples),
+            "warnings": list(br.warnings),
         }
         if s:
-            row.update({"min": s.min, "q1": s.q1, "median": s.median, "q3": s.q3, "max": s.max})
+            row.update({"min": s.min, "q1": s.q1, "q3": s.q3, "max": s.max})
         if br.reason:
             row["reason"] = br.reason
         rows.append(row)
     return rows
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}%"
+def fmt_halfwidth(halfwidth: float | None) -> str:
+    """A relative half-width as the table shows it: 0.0151 -> "±1.51%"."""
+    text = fmt_pct(None if halfwidth is None else 100.0 * halfwidth)
+    return text if text == MISSING else f"±{text}"
+
+
+def _target_cell(row: dict[str, Any]) -> str:
+    met = row.get("target_met")
+    return MISSING if met is None else ("met" if met else "missed")
 
 
 def _table_cells(row: dict[str, Any]) -> list[str]:
-    mem = row["peak_memory"]
+    """The table's cells of one row: every number through `numbers.fmt_sig` (3 digits)."""
+    mem = row["peak_memory"]  # MiB
     return [
         row["name"],
         str(row["fail"]),
         str(row["n"]),
         str(row["ngpu"]),
-        fmt_float(row["perf"]),
-        _pct(row["sem"]),
-        _pct(row["std"]),
-        "-" if mem is None else f"{mem:.0f}",
-        fmt_float(row["score"]),
-        f"{row['weight']:.2f}",
+        fmt_sig(row["perf"]),
+        fmt_halfwidth(row["halfwidth"]),
+        f"{row['observations']:,}" if row["observations"] else MISSING,
+        fmt_seconds(row["warmup_s"]),
+        fmt_seconds(row["measured_s"]),
+        _target_cell(row),
+        fmt_pct(row["sem"]),
+        fmt_pct(row["std"]),
+        fmt_bytes(row["peak_rss"]),
+        fmt_bytes(None if mem is None else mem * 2**20),
+        fmt_sig(row["score"]),
+        fmt_sig(row["weight"]),
     ]
 
 
@@ -92,14 +127,32 @@ def _title(text: str, ch: str = "-") -> list[str]:
     return [text, ch * len(text)]
 
 
+def system_value(key: str, value: Any) -> str:
+    """A System field for people (accelerator memory is in MiB in the metadata)."""
+    if value is None:
+        return MISSING
+    if key == "memory" and isinstance(value, int | float):
+        return fmt_bytes(value * 2**20)
+    return str(value)
+
+
+def verdict_line(report: Report) -> str:
+    """``PASS (exit code 0)`` / ``FAIL (exit code 1)``: both from one `run_verdict` call."""
+    return f"{report.verdict} (exit code {report.exit_code})"
+
+
+def warning_lines(report: Report) -> list[str]:
+    """Every measurement warning as ``bench: sentence`` (warnings never fail a run)."""
+    return [f"{name}: {text}" for name, text in report.warnings]
+
+
 def render_text(report: Report) -> str:
     rows = breakdown_rows(report)
     lines = [f"Source: {src}" for src in report.sources]
     lines += ["=" * 17, "Benchmark results", "=" * 17, ""]
     lines += _title("System")
     for key in ("cpu", "n_cpu", "product", "n_gpu", "memory"):
-        val = report.system.get(key)
-        lines.append(f"{key + ':':<10}{'-' if val is None else val}")
+        lines.append(f"{key + ':':<10}{system_value(key, report.system.get(key))}")
     lines += [""] + _title("Breakdown")
     cells = [COLUMNS] + [_table_cells(r) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
@@ -112,9 +165,15 @@ def render_text(report: Report) -> str:
     if missing:
         lines += ["", "Missing values:"]
         lines += [f"  {r['name']}: {r['reason']}" for r in missing]
+    warnings = warning_lines(report)
+    if warnings:
+        lines += [""] + _title("Warnings")
+        lines += [f"  ~ {w}" for w in warnings]
     lines += [""] + _title("Scores")
-    lines.append(f"Failure rate: {100 * report.failure_rate:8.2f}% ({report.verdict})")
-    lines.append(f"Score:        {report.score:9.2f}")
+    lines.append(f"Failure rate: {fmt_pct(100 * report.failure_rate)} ({report.verdict})")
+    lines.append(f"Score:        {fmt_sig(report.score)}")
+    lines.append(f"Verdict:      {verdict_line(report)}")
+    lines.extend(f"  - {reason}" for reason in report.verdict_reasons)
     lines += [""] + _title("Validations")
     lines += _layer_lines(report)
     if report.errors:
@@ -131,12 +190,16 @@ def _md_escape(text: str) -> str:
 
 def render_markdown(report: Report) -> str:
     rows = breakdown_rows(report)
-    icon = "✅" if report.verdict == "PASS" and report.exit_code == 0 else "❌"
-    out = [f"## {icon} milabench: {report.verdict}, score {report.score:.2f}", ""]
+    icon = "✅" if report.exit_code == 0 else "❌"
+    out = [f"## {icon} milabench: {report.verdict}, score {fmt_sig(report.score)}", ""]
     out.append(
-        f"Failure rate **{100 * report.failure_rate:.2f}%** · runs: "
+        f"Verdict **{verdict_line(report)}** · failure rate "
+        f"**{fmt_pct(100 * report.failure_rate)}** · runs: "
         + ", ".join(f"`{s.name}`" for s in report.sources)
     )
+    if report.verdict_reasons:
+        out.append("")
+        out.extend(f"* {_md_escape(reason)}" for reason in report.verdict_reasons)
     sysinfo = report.system
     out += [
         "",
@@ -149,8 +212,12 @@ def render_markdown(report: Report) -> str:
     for r in rows:
         cells = _table_cells(r)
         if r.get("reason"):
-            cells[4] = f"— ({r['reason']})"
+            cells[PERF] = f"— ({r['reason']})"
         out.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+    warnings = warning_lines(report)
+    if warnings:
+        out += ["", "**Warnings**", ""]
+        out.extend(f"* {_md_escape(w)}" for w in warnings)
     out += ["", "| validation | result |", "|:---|:---|"]
     for layer in report.layers:
         res = "pass" if layer.passed else "**fail**: " + "; ".join(layer.failures)
@@ -167,9 +234,22 @@ def render_markdown(report: Report) -> str:
 
 
 CSV_FIELDS = [
-    "name", "n", "fail", "ngpu", "perf", "std", "sem", "min", "q1", "median", "q3", "max",
-    "peak_memory", "mean_load", "energy", "perf_per_watt", "score", "weight", "units", "reason",
+    "name", "n", "fail", "ngpu", "perf", "rate", "std", "sem", "min", "q1", "median", "q3",
+    "max", "observations", "warmup_s", "measured_s", "ci95_low", "ci95_high", "halfwidth",
+    "target", "target_met", "min_observations", "peak_rss", "peak_memory", "mean_load", "energy",
+    "perf_per_watt", "score", "weight", "units", "warnings", "reason",
 ]  # fmt: skip
+
+
+def _csv_value(value: Any) -> Any:
+    """Full precision; booleans as true/false, lists (warnings) joined with "; "."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "; ".join(str(v) for v in value)
+    return value
 
 
 def render_csv(report: Report) -> str:
@@ -177,7 +257,7 @@ def render_csv(report: Report) -> str:
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in breakdown_rows(report):
-        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in CSV_FIELDS})
+        writer.writerow({k: _csv_value(row.get(k)) for k in CSV_FIELDS})
     return buf.getvalue()
 
 
@@ -190,6 +270,8 @@ def report_dict(report: Report) -> dict[str, Any]:
         "failure_rate": report.failure_rate,
         "verdict": report.verdict,
         "exit_code": report.exit_code,
+        "verdict_reasons": report.verdict_reasons,
+        "warnings": [{"bench": name, "message": text} for name, text in report.warnings],
         "validations": [
             {
                 "name": layer.name,

@@ -59,6 +59,13 @@ class FileResult:
     job: str | None = None
     node: str | None = None
     phase: str = "run"  # "install" / "prepare" for the log folders of those commands
+    # Measurement window (docs/measurement.md section 3): the last record of each kind.
+    warmup: dict | None = None
+    window: dict | None = None
+    # Memory of the process tree (`process_tree` records of the runner, bytes), and the
+    # benchmark's own `process` samples (RSS of the measuring process, bytes): fallback.
+    tree_peak_rss: float | None = None
+    process_rss: list[float] = field(default_factory=list)
 
     @property
     def skipped(self) -> bool:
@@ -66,7 +73,21 @@ class FileResult:
 
     @property
     def nan_loss(self) -> bool:
-        return any(math.isnan(x) for x in self.losses)
+        """A NaN or infinite loss was recorded (both mean the training diverged)."""
+        return any(not math.isfinite(x) for x in self.losses)
+
+    @property
+    def measure(self) -> dict:
+        """The entry's resolved `measure` block (empty for older run folders)."""
+        block = self.config.get("measure") if isinstance(self.config, dict) else None
+        return block if isinstance(block, dict) else {}
+
+    @property
+    def peak_rss(self) -> float | None:
+        """Largest resident memory seen: the process tree's, else the process's own."""
+        if self.tree_peak_rss is not None:
+            return self.tree_peak_rss
+        return max(self.process_rss) if self.process_rss else None
 
     @property
     def group_key(self) -> str:
@@ -157,6 +178,25 @@ def _record(fr: FileResult, rec: dict) -> None:
         fr.gpudata.append((t, rec["gpudata"]))
     if isinstance(rec.get("cpudata"), dict):
         fr.cpudata.append((t, rec["cpudata"]))
+    if isinstance(rec.get("warmup"), dict):
+        fr.warmup = rec["warmup"]
+    if isinstance(rec.get("window"), dict):
+        fr.window = rec["window"]
+    tree = rec.get("process_tree")
+    if isinstance(tree, dict):
+        for key in ("peak_rss", "rss"):
+            value = as_float(tree.get(key))
+            if value is not None and math.isfinite(value) and value > 0:  # 0: no sample yet
+                fr.tree_peak_rss = (
+                    value if fr.tree_peak_rss is None else max(fr.tree_peak_rss, value)
+                )
+    proc = rec.get("process")
+    if isinstance(proc, dict):
+        mem = proc.get("memory")
+        if isinstance(mem, list | tuple) and mem:
+            value = as_float(mem[0])
+            if value is not None and math.isfinite(value):
+                fr.process_rss.append(value)
 
 
 def read_file(path: Path) -> FileResult:

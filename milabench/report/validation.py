@@ -2,7 +2,8 @@
 
 | layer       | default | fails when                                                      |
 |-------------|---------|-----------------------------------------------------------------|
-| error       | on      | a process ended with an error / non-zero code (not early stop)  |
+| error       | on      | a process did not succeed (`outcome`'s rule: error, NaN loss,   |
+|             |         | non-zero code, timeout, nothing measured...)                    |
 | ensure_rate | on      | a process (or multi-node launch) produced no throughput sample  |
 | version     | on      | the `meta` record is missing                                    |
 | loss        | opt-in  | a loss is NaN (an increasing loss is a warning)                 |
@@ -24,6 +25,8 @@ from dataclasses import dataclass, field
 from milabench.errors import UsageError
 from milabench.report import stats
 from milabench.report.aggregate import SUCCESS, BenchResult, failure_detail
+from milabench.report.numbers import fmt_pct, fmt_sig
+from milabench.report.outcome import SKIPPED
 from milabench.report.tracebacks import Failure, explain, read_lines
 
 DEFAULT_LAYERS = ("error", "ensure_rate", "version")
@@ -76,20 +79,24 @@ def select_layers(spec: list[str] | str | None) -> list[str]:
 
 
 def _active(br: BenchResult):
-    return [fr for fr in br.files if br.statuses.get(fr.tag) != "skipped"]
+    return [fr for fr in br.files if br.statuses.get(fr.tag) != SKIPPED]
 
 
 def layer_error(benches: list[BenchResult]) -> LayerResult:
+    """Every process that did not succeed, by the one rule (`milabench.report.outcome`).
+
+    The status was decided once by `aggregate` (the same one the failure rate counts);
+    this layer only groups the failures by cause and finds each cause's line.
+    """
     res = LayerResult("error")
     for br in benches:
         groups: dict[str, ErrorGroup] = {}
+        with_rates = {fr.group_key for fr in br.files if fr.rates}
         for fr in _active(br):
             st = br.statuses[fr.tag]
             if st == SUCCESS:
                 continue
-            detail = failure_detail(fr, st)
-            if fr.return_code == 0 and not fr.errors and st == "failed":
-                continue  # ended cleanly: a missing rate or NaN loss is for other layers
+            detail = failure_detail(fr, st, fr.group_key in with_rates)
             stderr = read_lines(fr.stderr_path) or fr.stderr_lines
             cause: Failure = explain(stderr, read_lines(fr.stdout_path), fr.errors, detail)
             g = groups.setdefault(
@@ -98,7 +105,8 @@ def layer_error(benches: list[BenchResult]) -> LayerResult:
             g.tags.append(fr.tag)
         for g in groups.values():
             res.errors.append(g)
-            res.failures.append(f"{br.name}: {g.detail} in {', '.join(g.tags)}: {g.line}")
+            line = "" if g.line == g.detail else f": {g.line}"
+            res.failures.append(f"{br.name}: {g.detail} in {', '.join(g.tags)}{line}")
     return res
 
 
@@ -136,7 +144,8 @@ def layer_loss(benches: list[BenchResult]) -> LayerResult:
     for br in _run_phase(benches):
         for fr in _active(br):
             if fr.nan_loss:
-                res.failures.append(f"{br.name}: NaN loss in {fr.tag}")
+                kind = "NaN" if any(math.isnan(x) for x in fr.losses) else "infinite"
+                res.failures.append(f"{br.name}: {kind} loss in {fr.tag}")
             elif len(fr.losses) >= 4:
                 k = max(1, len(fr.losses) // 4)
                 if stats.mean(fr.losses[-k:]) > stats.mean(fr.losses[:k]):
@@ -181,11 +190,13 @@ def layer_usage(benches: list[BenchResult]) -> LayerResult:
         mean_load = stats.mean(loads)
         if mean_load < load_t:
             res.failures.append(
-                f"{br.name}: mean accelerator load {mean_load:.2f} < gpu_load_threshold {load_t:.2f}"
+                f"{br.name}: mean accelerator load {fmt_sig(mean_load)} < gpu_load_threshold "
+                f"{fmt_sig(load_t)}"
             )
         if mem_frac and max(mem_frac) < mem_t:
             res.warnings.append(
-                f"{br.name}: peak memory use {max(mem_frac):.0%} < gpu_mem_threshold {mem_t:.0%}"
+                f"{br.name}: peak memory use {fmt_pct(100 * max(mem_frac))} < gpu_mem_threshold "
+                f"{fmt_pct(100 * mem_t)}"
             )
     return res
 

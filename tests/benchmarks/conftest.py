@@ -47,6 +47,11 @@ def bench_env(stop: int = 4, skip: int = 1, **extra: str) -> dict[str, str]:
     env.update(
         BENCHKIT_STOP=str(stop),
         BENCHKIT_SKIP=str(skip),
+        # exact step counts: these tests check each benchmark's loop, not the window
+        BENCHKIT_MEASURE_WARMUP_MIN="0",
+        BENCHKIT_MEASURE_WARMUP_MAX="0",
+        BENCHKIT_MEASURE_MIN="0",
+        BENCHKIT_MEASURE_MAX="0",
         BENCHKIT_GPU_POLL="0",
         PYTHONUNBUFFERED="1",
         PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),

@@ -1,6 +1,6 @@
 """Each CPU benchmark's main.py runs for real for a few steps and reports through the
 data channel: rate records with the right units, losses where it trains, and the
-``stop`` event once the observation budget is spent."""
+``stop`` event once the window ends (here: exact step counts, see conftest.bench_env)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ def check_budget(run, stop: int, units: str, *, loss: bool = True) -> None:
     assert all(r["units"] == units and r["rate"] > 0 for r in rates)
     assert all(isinstance(r["time"], float) for r in rates)
     stops = run.events("stop")
-    assert len(stops) == 1 and stops[0]["$data"]["observations"] == stop + 1
+    assert len(stops) == 1 and stops[0]["$data"]["observations"] == stop
+    windows = [r["window"] for r in run.records if "window" in r]
+    assert len(windows) == 1 and windows[0]["observations"] == stop
     if loss:
         losses = run.losses()
         assert losses and all(0 < x < 50 for x in losses)

@@ -74,18 +74,21 @@ def test_cpu_suite_resolves():
         assert set(entry["tags"]) & KNOWN_TAGS, name
         assert entry["install_group"] in {"torch", "hf"}, name
         opts = entry["voir"]["options"]
-        assert opts["stop"] >= 20 and opts["skip"] >= 3, name
+        assert "stop" not in opts and "skip" not in opts, name  # time is the budget
+        assert entry["measure"]["max"] == "30s" and entry.get("max_duration") is None, name
     assert entries["ddp"]["plan"] == {"method": "torchrun", "nproc": 2}
     assert entries["opbench-softmax"]["matrix"] == {"op": "softmax"}
     assert {e["install_group"] for e in entries.values()} == {"torch", "hf"}
 
 
-def test_cpu_fast_shrinks_budgets():
+def test_cpu_fast_shrinks_windows():
+    from benchkit.options import parse_measure
+
     full, fast = resolve("cpu.yaml"), resolve("cpu-fast.yaml")
     assert set(fast) < set(full)  # fewer opbench entries
     for name, entry in fast.items():
-        assert entry["voir"]["options"]["stop"] < full[name]["voir"]["options"]["stop"]
-        assert entry["max_duration"] <= 120
+        small, big = parse_measure(entry["measure"]), parse_measure(full[name]["measure"])
+        assert small.max < big.max and small.timeout < big.timeout, name
 
 
 def test_cpu_commands_resolve_placeholders():
@@ -93,7 +96,7 @@ def test_cpu_commands_resolve_placeholders():
     ddp = entries["ddp"]["command"]
     assert "--nproc-per-node=2" in ddp and ddp[ddp.index("--backend") + 1] == "gloo"
     thirdparty = entries["thirdparty"]["command"]
-    assert os.path.basename(thirdparty[0]) == "voir" and "--stop" in thirdparty
+    assert os.path.basename(thirdparty[0]) == "voir" and "--interval" in thirdparty
     flops = entries["flops-fp32"]["command"]
     assert flops[flops.index("--device") + 1] == "cpu"
     assert not any("{" in arg for e in entries.values() for arg in e["command"])

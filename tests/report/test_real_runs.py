@@ -35,7 +35,7 @@ def independent_stats(run_dir: Path) -> dict:
             elif ev["event"] == "data" and data.get("task") == "train" and "rate" in data:
                 info["rates"].append(float(data["rate"]))
             elif ev["event"] == "data" and "loss" in data:
-                info["nan"] |= data["loss"] == "NaN"
+                info["nan"] |= data["loss"] in ("NaN", "Infinity", "-Infinity")
             elif ev["event"] == "end":
                 info["rc"] = data["return_code"]
             elif ev["event"] == "stop":
@@ -52,7 +52,9 @@ def independent_stats(run_dir: Path) -> dict:
 
     out = {}
     for name, files in per_bench.items():
-        ok = [f for f in files if f["stop"] or (f["rc"] == 0 and f["rates"] and not f["nan"])]
+        # docs/measurement.md section 4: measured, no NaN/inf loss (an early stop does not
+        # excuse it), ended with code 0 or by the instrumentation's stop
+        ok = [f for f in files if (f["stop"] or f["rc"] == 0) and f["rates"] and not f["nan"]]
         n, fail = len(files), len(files) - len(ok)
         pooled = trimmed([r for f in ok for r in f["rates"]])
         if not pooled:
