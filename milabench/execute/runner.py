@@ -2,7 +2,10 @@
 
 For each `ProcessSpec` the sinks receive, in order: ``config`` (the redacted entry),
 ``meta``, ``start``, then ``line``/``data``/``format_error``/other instrumentation events
-as they arrive, and ``end``. Whatever happens (normal exit, crash, timeout, early stop,
+as they arrive, and ``end``. For a local process the runner adds its own ``data`` records
+of the process tree's memory (``process_tree``, see `milabench.execute.memory`): about
+once a second while the peak grows, every few seconds otherwise, and always one just
+before ``end``. Whatever happens (normal exit, crash, timeout, early stop,
 Ctrl-C, an exception in the orchestrator) every process the benchmark started is gone
 when `run_specs` returns: see `milabench.execute.cleanup`.
 
@@ -24,7 +27,8 @@ from typing import Any
 from benchkit.channel import SmuggleDecoder
 from milabench.errors import MilabenchError
 from milabench.events import redact
-from milabench.execute.launcher import Launcher, LocalLauncher, ProcessHandle
+from milabench.execute import memory
+from milabench.execute.launcher import Launcher, LocalHandle, LocalLauncher, ProcessHandle
 from milabench.plan.spec import ProcessSpec
 
 TIMEOUT = "TIMEOUT"
@@ -246,6 +250,49 @@ def _error_code(err: BaseException) -> int:
     return 1
 
 
+# `run_specs` reads the sampling interval from the options (``run.memory_interval``, env
+# ``MILABENCH_RUN_MEMORY_INTERVAL``; 0 turns sampling off) unless it is given.
+FROM_OPTIONS: Any = object()
+
+
+def sampling_interval(system: dict | None, given: Any = FROM_OPTIONS) -> float | None:
+    """Seconds between two samples of a process tree's memory; None: do not sample."""
+    value = given
+    if value is FROM_OPTIONS:
+        from milabench.config.options import get_option
+
+        value = get_option(system, "run.memory_interval", memory.INTERVAL)
+    try:
+        seconds = float(value) if value is not None else 0.0
+    except (TypeError, ValueError):
+        seconds = memory.INTERVAL
+    return seconds if seconds > 0 else None
+
+
+def _start_sampling(
+    handle: ProcessHandle, emit: _Emitter, interval: float | None
+) -> tuple[memory.TreeSampler | None, asyncio.Future | None]:
+    """Watch the memory of a local process tree; remote (SSH) handles are not sampled.
+
+    The launcher's tracker contributes the descendants it saw that have left the tree
+    (``setsid`` + a dead parent), so they still count while they live.
+    """
+    if interval is None or not isinstance(handle, LocalHandle) or handle.pid is None:
+        return None, None
+    tracker = handle.tracker
+    sampler = memory.TreeSampler(handle.pid, lambda: list(tracker.known.values()))
+    task = asyncio.ensure_future(
+        memory.watch(sampler, lambda record: emit("data", record, "data"), interval=interval)
+    )
+    return sampler, task
+
+
+def _final_memory(sampler: memory.TreeSampler | None, emit: _Emitter) -> None:
+    """The last ``process_tree`` record, right before ``end``: a report always sees the peak."""
+    if sampler is not None:
+        emit("data", sampler.record(), "data")
+
+
 async def _meta(spec: ProcessSpec, system: dict | None) -> dict:
     from milabench.metadata import meta_for_entry
 
@@ -264,8 +311,12 @@ async def run_one(
     system: dict | None = None,
     meta: dict | None = None,
     job_stop: asyncio.Event | None = None,
+    memory_interval: float | None = memory.INTERVAL,
 ) -> Outcome:
     """Start one process, stream it, enforce its timeout, clean up, report its end.
+
+    ``memory_interval``: seconds between samples of a local process tree's memory (None:
+    no ``process_tree`` records).
 
     ``job_stop`` is shared by the processes of one multi-node job: it is set once the
     process that reported ``stop`` is over (exited or stopped), and the others then get
@@ -289,6 +340,7 @@ async def run_one(
         emit("end", {"command": command, "time": time.time(), "return_code": code})
         return Outcome(spec.name, code, False, time.time() - began)
 
+    sampler, sampling = _start_sampling(handle, emit, memory_interval)
     channel = _Channel(emit)
     smuggle = spec.data_channel == "smuggle"
     pumps = [
@@ -350,14 +402,19 @@ async def run_one(
         finally:
             for task in pumps:
                 task.cancel()
+            if sampling is not None:
+                sampling.cancel()
             _close(handle)
             if isinstance(err, asyncio.CancelledError):  # a forced interruption: say so
+                _final_memory(sampler, emit)
                 end = {"command": command, "time": time.time(), "return_code": INTERRUPTED}
                 emit("end", end)
         raise
     finally:
         for task in watched:
             task.cancel()
+        if sampling is not None:
+            sampling.cancel()
         early = early or channel.stopped.is_set()
         if channel.stopped.is_set() and job_stop is not None:
             job_stop.set()
@@ -376,6 +433,7 @@ async def run_one(
     end: dict[str, Any] = {"command": command, "time": time.time(), "return_code": return_code}
     if early:
         end["early_stop"] = True
+    _final_memory(sampler, emit)
     emit("end", end)
     return Outcome(spec.name, return_code, early, time.time() - began)
 
@@ -389,10 +447,16 @@ async def run_specs(
     grace: float = 5.0,
     early_stop_grace: float = 2.0,
     system: dict | None = None,
+    memory_interval: Any = FROM_OPTIONS,
 ) -> list[Outcome]:
-    """Run ``specs`` concurrently (the processes of one benchmark); outcomes in order."""
+    """Run ``specs`` concurrently (the processes of one benchmark); outcomes in order.
+
+    ``memory_interval``: see `run_one`; by default the ``run.memory_interval`` option
+    (1 s), so that every benchmark's ``.data`` file holds its tree's peak memory.
+    """
     if not specs:
         return []
+    interval = sampling_interval(system, memory_interval)
     if launcher is None:
         launcher = _maybe_remote(specs, system)
     # One meta record per benchmark: the machine part is cached, the probe once per venv.
@@ -410,6 +474,7 @@ async def run_specs(
                 system=system,
                 meta=meta if spec.entry is specs[0].entry else None,
                 job_stop=job_stop,
+                memory_interval=interval,
             )
         )
         for spec in specs

@@ -8,7 +8,18 @@ Two renderings behind one factory, `make_dashboard`:
   load/memory/temperature when known, under a global line (benchmarks done, elapsed).
   Finished rows are printed once, permanently, above the live block.
 * `PlainDashboard` (not a terminal, or ``--dash no``): one line per start, end (with the
-  return code), error and message, and a throttled rate line per process.
+  status and the return code), error and message, the end of warm-up and the measured
+  window, and a throttled rate line per process.
+
+Both say what the report will say: the status of a finished process is
+`milabench.report.outcome.status` of the facts seen in its events (rates, NaN losses,
+errors, early stop, skip, return code), never the return code alone, so a NaN loss
+followed by an early stop reads "failed (NaN loss (then stopped early))", not "done".
+Every measured number goes through `milabench.report.numbers` (3 significant digits: a
+rate of 0.000851 reads 0.000851, not 0.0; counts such as steps stay exact). A row shows "warm-up" until the benchmark's
+``warmup`` record (or its first rate), then the live rate, then the ``window`` record's
+mean with its 95% interval and whether the precision target was met; and the peak memory
+of the process tree (``process_tree`` records written by the runner).
 
 The runner calls ``on_event`` for every event, hundreds of thousands per run, so it only
 updates a few fields (O(1), no I/O); the live block is redrawn by a background thread at
@@ -25,6 +36,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from milabench.events import as_float
+from milabench.report import outcome
+from milabench.report.numbers import fmt_bytes, fmt_sig
+from milabench.report.runs import split_tag
 
 _BAR_WIDTH = 20
 
@@ -47,6 +61,32 @@ class Row:
     gpu: dict[str, Any] | None = None
     return_code: Any = None
     note: str = ""
+    # What the success rule needs (`outcome.Facts`), gathered as the events go by.
+    observations: int = 0  # `rate` records of task train
+    nan_loss: bool = False
+    errors: int = 0
+    early_stop: bool = False
+    skipped: bool = False
+    has_end: bool = False
+    required: int = 1
+    detail: str = ""  # `outcome.detail` once finished ("" for a success)
+    # Measurement phases (docs/measurement.md section 3) and memory.
+    warmup: dict | None = None  # the `warmup` record: measurement has begun
+    window: dict | None = None  # the `window` record: measurement is over
+    peak_rss: float | None = None  # bytes, from the runner's `process_tree` records
+
+    def facts(self, rates_elsewhere: bool = False) -> outcome.Facts:
+        return outcome.Facts(
+            skipped=self.skipped,
+            early_stop=self.early_stop,
+            has_end=self.has_end,
+            return_code=self.return_code,
+            observations=self.observations,
+            nan_loss=self.nan_loss,
+            errors=self.errors,
+            rates_elsewhere=rates_elsewhere,
+            required=self.required,
+        )
 
     def eta(self) -> float | None:
         """Seconds left from the pace of progress records (None until it is known)."""
@@ -65,6 +105,24 @@ def _benchmark_name(tag: str, event: dict) -> str:
     if event.get("event") == "config" and isinstance(data, dict) and data.get("name"):
         return str(data["name"])
     return tag.split(".", 1)[0]
+
+
+def _required(config: dict) -> int:
+    """``measure.required_observations`` of the entry, as the report reads it (default 1)."""
+    measure = config.get("measure")
+    value = measure.get("required_observations") if isinstance(measure, dict) else None
+    try:
+        return max(1, int(value)) if value is not None and not isinstance(value, bool) else 1
+    except (TypeError, ValueError):
+        return 1
+
+
+def _group_key(tag: str, name: str) -> tuple[str, bool]:
+    """The tag without its node part, and whether it had one (a multi-node rank)."""
+    _, info = split_tag(tag, name)
+    if info["node"] is None:
+        return tag, False
+    return tag[: -len(info["node"]) - 1], True
 
 
 def _gpu_summary(gpudata: dict) -> dict[str, Any]:
@@ -114,13 +172,21 @@ class _State:
         data = event.get("data")
         row = self.row(tag, event)
         if name == "data" and isinstance(data, dict):
-            if "rate" in data:
+            if "rate" in data:  # the hot path: a few attribute updates
                 rate = as_float(data["rate"])
                 if rate is not None:
                     row.rate = rate
                     row.units = str(data.get("units", ""))
-            elif "loss" in data:
-                row.loss = as_float(data["loss"])
+                    if data.get("task") == "train":
+                        row.observations += 1
+                if "loss" not in data:
+                    return row
+            if "loss" in data:
+                loss = as_float(data["loss"])
+                if loss is not None:
+                    row.loss = loss
+                    if not math.isfinite(loss):
+                        row.nan_loss = True
             elif "progress" in data:
                 prog = data["progress"]
                 if isinstance(prog, list | tuple) and len(prog) == 2:
@@ -133,13 +199,26 @@ class _State:
                     row.progress_t = now
                     if row.progress_t0 is None:
                         row.progress_t0 = (now, k)
+                    if data.get("task") == "early_stop" and n and k >= n:
+                        row.early_stop = True  # as the report reads it
             elif "gpudata" in data and isinstance(data["gpudata"], dict):
                 row.gpu = _gpu_summary(data["gpudata"])
+            elif isinstance(data.get("process_tree"), dict):
+                peak = as_float(data["process_tree"].get("peak_rss"))
+                if peak is not None:
+                    row.peak_rss = max(peak, row.peak_rss or 0.0)
+            elif isinstance(data.get("warmup"), dict):
+                row.warmup = data["warmup"]
+            elif isinstance(data.get("window"), dict):
+                row.window = data["window"]
+                row.warmup = row.warmup or {}
             else:
                 return row
         elif name == "config":
             row.name = _benchmark_name(tag, event)
             self.names_seen.setdefault(row.name, None)
+            if isinstance(data, dict):
+                row.required = _required(data)
         elif name == "start":
             row.status = "running"
             row.started = time.monotonic()
@@ -147,25 +226,49 @@ class _State:
             row.note = str(data.get("name", ""))
         elif name == "stop":
             row.status = "stopping"
-        elif name == "error" and isinstance(data, dict):
-            row.note = f"{data.get('type', 'error')}: {data.get('message', '')}"
+            row.early_stop = True
+        elif name == "error":
+            row.errors += 1
+            if isinstance(data, dict):
+                row.note = f"{data.get('type', 'error')}: {data.get('message', '')}"
         elif name == "message" and isinstance(data, dict):
             row.note = str(data.get("message", ""))
+            if data.get("skipped"):
+                row.skipped = True
         elif name == "end":
-            rc = data.get("return_code") if isinstance(data, dict) else None
-            row.return_code = rc
-            row.ended = time.monotonic()
-            row.status = "done" if rc == 0 else ("skipped" if rc == "SKIPPED" else "failed")
-            if row.status == "done" and row.progress and row.progress[1]:
-                row.progress = (row.progress[1], row.progress[1])
-            self.rows.pop(tag, None)
-            self.finished.append(row)
-            if not any(r.name == row.name for r in self.rows.values()):
-                self.names_done.setdefault(row.name, None)
+            self._finish(tag, row, data if isinstance(data, dict) else {})
         else:
             return row
         self.version += 1
         return row
+
+    def _finish(self, tag: str, row: Row, data: dict) -> None:
+        """The process is over: its status from the one success rule, then it moves on."""
+        rc = data.get("return_code")
+        row.return_code = rc
+        row.has_end = True
+        row.ended = time.monotonic()
+        if data.get("early_stop") is True:
+            row.early_stop = True
+        if rc == "SKIPPED":
+            row.skipped = True
+        # A multi-node rank without rates succeeds when another rank of its launch has them.
+        group, ranked = _group_key(tag, row.name)
+        elsewhere = ranked and any(
+            r.observations and _group_key(r.tag, r.name)[0] == group
+            for r in (*self.rows.values(), *self.finished)
+            if r is not row
+        )
+        facts = row.facts(rates_elsewhere=elsewhere)
+        status = outcome.status(facts)
+        row.detail = outcome.detail(facts, status)
+        row.status = "done" if status == outcome.SUCCESS else status
+        if row.status == "done" and row.progress and row.progress[1]:
+            row.progress = (row.progress[1], row.progress[1])
+        self.rows.pop(tag, None)
+        self.finished.append(row)
+        if not any(r.name == row.name for r in self.rows.values()):
+            self.names_done.setdefault(row.name, None)
 
 
 def _clock(seconds: float | None) -> str:
@@ -177,14 +280,63 @@ def _clock(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
-def _number(value: float | None, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if value != value:
-        return "NaN"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}"
+def _pct(fraction: Any) -> str:
+    """A relative figure (0.015) as a percentage with 2 significant digits: ``1.5%``."""
+    value = as_float(fraction)
+    return "-" if value is None else f"{fmt_sig(value * 100, 2)}%"
+
+
+def _count(value: Any) -> str:
+    """A count (steps, observations) exactly: rounding 12,345 steps to 12,300 helps no one."""
+    number = as_float(value)
+    return "-" if number is None or not math.isfinite(number) else f"{int(number):,}"
+
+
+def _window_text(window: dict, units: str) -> str:
+    """``812 items/s ±1.5% (target ±2%: met)`` from a `window` record."""
+    text = f"{fmt_sig(as_float(window.get('mean')))} {units}".rstrip()
+    if window.get("halfwidth") is not None:
+        text += f" ±{_pct(window['halfwidth'])}"
+    target = f"target ±{_pct(window.get('target'))}"
+    if window.get("met"):
+        return f"{text} ({target}: met)"
+    reason = window.get("reason")
+    return f"{text} ({target}: not met" + (f", {reason})" if reason else ")")
+
+
+def _rate_text(row: Row) -> str:
+    """Warm-up, then the live rate, then the measured window (see the module doc)."""
+    if row.window is not None:
+        return _window_text(row.window, row.units)
+    if row.rate is not None:  # right-aligned: the live rates of the rows line up
+        return f"{fmt_sig(row.rate):>8} {row.units}".rstrip()
+    if row.warmup is None and row.status == "running":
+        return "warm-up"
+    return ""
+
+
+def _loss_text(loss: float) -> str:
+    """``fmt_sig`` prints NaN as missing ("-"); a NaN loss is a finding and says so."""
+    return "NaN" if math.isnan(loss) else fmt_sig(loss)
+
+
+def _gpu_text(g: dict[str, Any]) -> str:
+    bits = []
+    if g.get("load") is not None:
+        bits.append(f"{fmt_sig(g['load'] * 100)}%")
+    if g.get("memory"):
+        used, total = g["memory"]  # MiB
+        bits.append(f"{fmt_sig(used / 1024)}/{fmt_sig(total / 1024)}GiB")
+    if g.get("temperature") is not None:
+        bits.append(f"{fmt_sig(g['temperature'])}C")
+    return "gpu " + " ".join(bits)
+
+
+def _end_text(row: Row) -> str:
+    """``done`` or the status with the rule's reason: ``failed (NaN loss ...)``."""
+    if row.status == "done" or not row.detail or row.detail == row.status:
+        return row.status
+    return f"{row.status} ({row.detail})"
 
 
 class PlainDashboard:
@@ -193,6 +345,7 @@ class PlainDashboard:
     def __init__(self, stream: IO[str], *, rate_every: float = 5.0) -> None:
         self.stream = stream
         self.rate_every = rate_every
+        self.state = _State()
         self._last_rate: dict[str, float] = {}
 
     def _print(self, text: str) -> None:
@@ -206,24 +359,45 @@ class PlainDashboard:
         name = event.get("event")
         if name == "line":
             return
+        row = self.state.update(tag, event)
         data = event.get("data")
         if name == "data":
-            if isinstance(data, dict) and "rate" in data:
+            if not isinstance(data, dict) or row is None:
+                return
+            if "rate" in data:
                 now = time.monotonic()
                 if now - self._last_rate.get(tag, -math.inf) >= self.rate_every:
                     self._last_rate[tag] = now
-                    rate = as_float(data["rate"])
-                    self._print(
-                        f"[{tag}] {data.get('task', 'train')} rate {_number(rate)} {data.get('units', '')}"
-                    )
+                    rate = fmt_sig(as_float(data["rate"]))
+                    units = data.get("units", "")
+                    self._print(f"[{tag}] {data.get('task', 'train')} rate {rate} {units}")
+            elif isinstance(data.get("warmup"), dict):
+                w = data["warmup"]
+                settled = "settled" if w.get("settled") else "not settled"
+                self._print(
+                    f"[{tag}] warm-up over after {fmt_sig(as_float(w.get('seconds')))} s"
+                    f" ({_count(w.get('observations'))} steps, {settled})"
+                )
+            elif isinstance(data.get("window"), dict):
+                w = data["window"]
+                self._print(
+                    f"[{tag}] window: {_window_text(w, row.units)}"
+                    f" over {fmt_sig(as_float(w.get('measured_s')))} s,"
+                    f" {_count(w.get('observations'))} observations"
+                )
             return
         if name == "start":
             command = " ".join(map(str, (data or {}).get("command") or []))
             self._print(f"[{tag}] start {command}")
-        elif name == "end":
-            self._print(f"[{tag}] end (return code {(data or {}).get('return_code')})")
+        elif name == "end" and row is not None:
+            text = f"[{tag}] end: {_end_text(row)} (return code {row.return_code})"
+            if row.peak_rss is not None:
+                text += f", peak memory {fmt_bytes(row.peak_rss)}"
+            self._print(text)
         elif name == "stop":
-            self._print(f"[{tag}] early stop: observation budget reached")
+            reason = data.get("reason") if isinstance(data, dict) else None
+            why = "measurement window over" if reason == "window" else reason
+            self._print(f"[{tag}] early stop: {why or 'observation budget reached'}")
         elif name in ("error", "message") and isinstance(data, dict):
             self._print(f"[{tag}] {name}: {data.get('message', '')}")
 
@@ -304,7 +478,7 @@ class LiveDashboard:
         done = len(st.names_done)
         total = self.total if self.total is not None else len(st.names_seen)
         running = len(st.rows)
-        failed = sum(1 for r in st.finished if r.status == "failed")
+        failed = sum(1 for r in st.finished if r.status not in ("done", "skipped"))
         elapsed = _clock(time.monotonic() - st.t0)
         text = f"milabench  {done}/{total} benchmarks finished  {running} running"
         if failed:
@@ -332,38 +506,40 @@ class LiveDashboard:
             self._bar(row),
             f"ETA {_clock(row.eta())}",
         ]
-        if row.rate is not None:
-            parts.append(f"{_number(row.rate):>8} {row.units}")
+        rate = _rate_text(row)
+        if rate:
+            parts.append(rate)
         if row.loss is not None:
-            parts.append(f"loss {_number(row.loss, 4)}")
+            parts.append(f"loss {_loss_text(row.loss)}")
+        if row.peak_rss is not None:
+            parts.append(f"mem {fmt_bytes(row.peak_rss)}")
         if row.gpu:
-            g = row.gpu
-            bits = []
-            if g.get("load") is not None:
-                bits.append(f"{g['load'] * 100:.0f}%")
-            if g.get("memory"):
-                used, total = g["memory"]
-                bits.append(f"{used / 1024:.1f}/{total / 1024:.1f}GiB")
-            if g.get("temperature") is not None:
-                bits.append(f"{g['temperature']:.0f}C")
-            parts.append("gpu " + " ".join(bits))
+            parts.append(_gpu_text(row.gpu))
         if row.note and row.status != "running":
             parts.append(row.note)
         return "  ".join(parts)
 
     def _finished_line(self, row: Row) -> str:
         term = self.term
-        mark = {"done": term.green("done   "), "skipped": term.yellow("skipped")}.get(
-            row.status, term.red("failed ")
+        label = row.status.ljust(7)
+        mark = {"done": term.green(label), "skipped": term.yellow(label)}.get(
+            row.status, term.red(label)
         )
         duration = _clock((row.ended or time.monotonic()) - row.started)
-        text = f"{mark} {row.tag:<24} rc={row.return_code}  {duration}"
-        if row.rate is not None:
-            text += f"  last {_number(row.rate)} {row.units}"
+        text = f"{mark} {row.tag:<24}"
+        if row.status != "done":  # first: the reason must survive a narrow terminal
+            why = [x for x in (row.detail, row.note) if x and x != row.status]
+            if why:
+                text += "  " + ": ".join(why)
+        text += f"  rc={row.return_code}  {duration}"
+        if row.window is not None:
+            text += f"  {_window_text(row.window, row.units)}"
+        elif row.rate is not None:
+            text += f"  last {fmt_sig(row.rate)} {row.units}"
         if row.loss is not None:
-            text += f"  loss {_number(row.loss, 4)}"
-        if row.status != "done" and row.note:
-            text += f"  {row.note}"
+            text += f"  loss {_loss_text(row.loss)}"
+        if row.peak_rss is not None:
+            text += f"  peak mem {fmt_bytes(row.peak_rss)}"
         return text
 
     def close(self) -> None:
@@ -389,7 +565,13 @@ def _merge_by_benchmark(rows: list[Row]) -> list[Row]:
                 row.gpu,
                 row.note,
             )
+            m.warmup, m.window, m.peak_rss = row.warmup, row.window, row.peak_rss
             continue
+        m.window = None  # one process's interval says nothing of the summed rate
+        if row.warmup is None:  # the benchmark is in warm-up until every process is out
+            m.warmup = None
+        if row.peak_rss is not None:  # the benchmark's processes together
+            m.peak_rss = (m.peak_rss or 0.0) + row.peak_rss
         if row.rate is not None:
             m.rate = (m.rate or 0.0) + row.rate
             m.units = row.units

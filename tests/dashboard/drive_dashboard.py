@@ -27,7 +27,7 @@ def main() -> int:
     parser.add_argument("--pause", type=float, default=3.0)
     args = parser.parse_args()
 
-    sink = make_dashboard(args.mode, sys.stdout, total=3)
+    sink = make_dashboard(args.mode, sys.stdout, total=5)
     benches = [("resnet50", ["D0", "D1"]), ("bert-fp16", ["D0", "D1"])]
     n = args.steps
     tags = [f"{name}.{dev}" for name, devs in benches for dev in devs]
@@ -41,6 +41,18 @@ def main() -> int:
     sink.on_event("badbench.D0", ev("start", {"command": ["python", "main.py"], "time": 0}))
     sink.on_event("badbench.D0", ev("error", {"type": "RuntimeError", "message": "boom"}))
     sink.on_event("badbench.D0", ev("end", {"command": [], "time": 0, "return_code": 1}))
+    # A NaN loss, then the early stop: exit code 0, yet failed (the report's rule).
+    sink.on_event("nanbench.D0", ev("config", {"name": "nanbench"}))
+    sink.on_event("nanbench.D0", ev("start", {"command": ["python", "main.py"], "time": 0}))
+    tiny = {"task": "train", "rate": 0.000851, "units": "Tflops", "time": 0}
+    sink.on_event("nanbench.D0", ev("data", tiny, "data"))
+    sink.on_event("nanbench.D0", ev("data", {"task": "train", "loss": "NaN", "time": 0}, "data"))
+    sink.on_event("nanbench.D0", ev("stop", {"reason": "window"}))
+    end = {"command": [], "time": 0, "return_code": 0, "early_stop": True}
+    sink.on_event("nanbench.D0", ev("end", end))
+    # A benchmark still in its warm-up when the screen is captured mid-run.
+    sink.on_event("flops.D0", ev("config", {"name": "flops"}))
+    sink.on_event("flops.D0", ev("start", {"command": ["python", "flops.py"], "time": 0}))
     for k in range(1, n + 1):
         for i, tag in enumerate(tags):
             unit = "items/s" if tag.startswith("resnet") else "Tok/s"
@@ -72,6 +84,8 @@ def main() -> int:
                     "data",
                 ),
             )
+            tree = {"rss": 1.5 * 2**30, "peak_rss": (1 + k / n) * 2**30, "processes": 3}
+            sink.on_event(tag, ev("data", {"task": "main", "time": 0, "process_tree": tree}))
             for _ in range(50):  # plenty of output lines: they must not slow anything
                 sink.on_event(tag, ev("line", "epoch log line", "stdout"))
         if k == args.pause_at:
@@ -81,6 +95,16 @@ def main() -> int:
             time.sleep(args.pause)
         else:
             time.sleep(0.02)
+    # flops: warm-up over, a few rates, then its measured window.
+    warm = {"seconds": 1.2, "observations": 40, "settled": True}
+    sink.on_event("flops.D0", ev("data", {"task": "train", "warmup": warm}, "data"))
+    for _ in range(3):
+        rate = {"task": "train", "rate": 12345.0, "units": "Gflops", "time": 0}
+        sink.on_event("flops.D0", ev("data", rate, "data"))
+    window = {"observations": 120, "measured_s": 6.02, "mean": 12345.0, "halfwidth": 0.015}
+    window.update({"target": 0.02, "met": True, "reason": "precision"})
+    sink.on_event("flops.D0", ev("data", {"task": "train", "window": window}, "data"))
+    tags.append("flops.D0")
     for tag in tags:
         sink.on_event(tag, ev("stop", {"reason": "budget"}))
         sink.on_event(tag, ev("end", {"command": [], "time": 0, "return_code": 0}))
