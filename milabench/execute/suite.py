@@ -78,6 +78,37 @@ def check_environment(entry: dict) -> None:
             f"{entry.get('name')}: environment {venv} did not finish installing; "
             f"run 'milabench install --select {entry.get('name')}' again"
         )
+    refresh_benchkit(venv)
+
+
+def refresh_benchkit(venv: Path) -> None:
+    """The environment's copy of benchkit must be the one this milabench reads back.
+
+    benchkit writes the records (window, rates, stop) that the report interprets; after
+    a ``git pull`` without ``milabench install``, a stale copy would measure with old
+    rules and the report would misread it. Copying it is a few milliseconds.
+    """
+    from milabench.envs.helperlib import install_benchkit, site_packages
+    from milabench.envs.marker import BENCHKIT_DIR, benchkit_hash
+
+    try:
+        copy = site_packages(venv) / "benchkit"
+        if copy.is_dir() and benchkit_hash(copy) == _source_benchkit_hash():
+            return
+        install_benchkit(venv, BENCHKIT_DIR)
+    except OSError:
+        return  # read-only or unusual environment: the install marker still vouches for it
+
+
+_SOURCE_HASH: list[str] = []
+
+
+def _source_benchkit_hash() -> str:
+    from milabench.envs.marker import benchkit_hash
+
+    if not _SOURCE_HASH:
+        _SOURCE_HASH.append(benchkit_hash())
+    return _SOURCE_HASH[0]
 
 
 def unmet_requirement(entry: dict, system: dict) -> str | None:
