@@ -49,12 +49,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def suite_entries(args: argparse.Namespace) -> dict | None:
-    """`all_entries` of the suite named by --config (None when no suite was given)."""
+    """Entries of the suite named by --config (None when no suite was given): all of them,
+    or the ones `--select`/`--exclude` keep, so that a report of a selected run scores
+    what `milabench run --select` scored (unselected entries are not "not run")."""
     if not getattr(args, "config", None):
         return None
     from milabench.cli.common import load_suite_from_args
 
-    return load_suite_from_args(args).all_entries
+    suite = load_suite_from_args(args)
+    if getattr(args, "select", None) or getattr(args, "exclude", None):
+        return suite.entries
+    return suite.all_entries
 
 
 def run(args: argparse.Namespace) -> int:
