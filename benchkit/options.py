@@ -62,20 +62,15 @@ def _parse_count(value: Any, name: str) -> int:
 
 
 @dataclass(frozen=True)
-class MeasureSettings:
+class MeasureSettings(WindowSettings):
     """The ``measure`` block of an entry (docs/measurement.md section 1), in seconds.
 
-    The defaults here are the defaults everywhere: ``config/base.yaml`` writes the same
+    The window's own settings and their defaults are `WindowSettings`' (one place);
+    this adds what only the orchestrator needs. ``config/base.yaml`` writes the same
     values out (a test checks they agree) so that a suite file shows what it runs with.
+    ``stop``/``skip`` are not part of the block: they come from ``voir.options``.
     """
 
-    warmup_min: float = 1.0
-    warmup_max: float = 10.0
-    settle: float = 0.05
-    min: float = 6.0
-    max: float = 30.0
-    precision: float = 0.02
-    min_observations: int = 10
     required_observations: int = 1
     startup: float = 120.0
 
@@ -91,20 +86,11 @@ class MeasureSettings:
         return self.startup + self.warmup_max + self.max
 
     def window(self, stop: int = 0, skip: int = 0) -> WindowSettings:
-        return WindowSettings(
-            warmup_min=self.warmup_min,
-            warmup_max=self.warmup_max,
-            settle=self.settle,
-            min=self.min,
-            max=self.max,
-            precision=self.precision,
-            min_observations=self.min_observations,
-            stop=stop,
-            skip=skip,
-        )
+        values = {f.name: getattr(self, f.name) for f in fields(WindowSettings)}
+        return WindowSettings(**{**values, "stop": stop, "skip": skip})
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: getattr(self, name) for name in MEASURE_KEYS}
 
 
 _SECONDS = ("warmup_min", "warmup_max", "min", "max", "startup")

@@ -46,6 +46,7 @@ import math
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -252,7 +253,7 @@ class TimedIterator:
         # perf_counter -> epoch seconds, for record timestamps.
         self._epoch_offset = time.time() - time.perf_counter()
         if self.writer is not None:
-            atexit.register(self._at_exit)
+            _LIVE.add(self)
 
     def continue_from(self, previous: TimedIterator) -> None:
         """Carry on the measurement of ``previous`` (a script that builds a new loader
@@ -787,6 +788,18 @@ class TimedIterator:
     def _stop_monitor(self) -> None:
         if self._monitor is not None:
             self._monitor.stop()
+
+
+# Iterators whose window may still need its summary when the interpreter exits (a
+# script whose loop simply ended). Weak references: the hook must not keep a finished
+# iterator, and the loader it holds, alive.
+_LIVE: weakref.WeakSet[TimedIterator] = weakref.WeakSet()
+
+
+@atexit.register
+def _summarise_at_exit() -> None:
+    for it in list(_LIVE):
+        it._at_exit()
 
 
 def _control_group(dist: Any) -> Any:

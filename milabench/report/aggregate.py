@@ -21,7 +21,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from benchkit.window import Interval, rate_interval
+from benchkit.window import Interval, rate_interval, t975
 from milabench.report import outcome, stats
 from milabench.report.numbers import fmt_seconds, fmt_sig
 from milabench.report.runs import FileResult
@@ -336,17 +336,30 @@ def aggregate_benchmark(br: BenchResult) -> BenchResult:
     return br
 
 
-def combine_halfwidths(groups: list[list[float]]) -> float:
-    """Absolute half-width of a sum over groups of averages of independent estimates.
+def combine_halfwidths(groups: list[list[tuple[float, float]]]) -> float:
+    """Absolute half-width of a sum over groups (devices) of averages over repeats.
 
-    Each group (one device) averages its repeats: the half-width of a mean of ``k``
-    independent estimates is ``sqrt(sum h^2) / k``; the groups are summed (per_gpu: the
-    benchmark's rate is the sum over devices), so their half-widths add in quadrature.
+    Each group holds ``(half-width, value)`` per repeat. Its mean has two uncertainties,
+    and the larger one is kept:
+    * within runs: the repeats' intervals as independent estimates, ``sqrt(sum h^2) / k``;
+    * between runs: with ``k >= 2`` repeats, the Student t interval of the repeats' values,
+      ``t(k - 1) * sd / sqrt(k)``. A single run's interval only sees the noise inside that
+      run; the host's drift from one run to the next (1-4% on the development machine,
+      more than a run's own +/-1-2%) shows only across repeats, which is why
+      ``milabench run --repeat 3`` gives intervals that can be taken at their word.
+    The groups are summed (per_gpu: the rate is the sum over devices), so their
+    half-widths add in quadrature.
     """
     total = 0.0
-    for halves in groups:
-        k = len(halves)
-        total += math.fsum(h * h for h in halves) / (k * k)
+    for pairs in groups:
+        k = len(pairs)
+        within = math.sqrt(math.fsum(h * h for h, _ in pairs)) / k
+        between = 0.0
+        if k >= 2:
+            values = [v for _, v in pairs]
+            between = t975(k - 1) * stats.stdev(values) / math.sqrt(k)
+        half = max(within, between)
+        total += half * half
     return math.sqrt(total)
 
 
@@ -379,12 +392,15 @@ def _measurement_quality(br: BenchResult, ok: list[FileResult], per_gpu: bool) -
     for fr in measured:
         prefix = f"{fr.tag}: " if several else ""
         br.warnings.extend(prefix + text for text in window_warnings(windows[fr.tag]))
-    groups: dict[str, list[float]] = defaultdict(list)
+    groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for fr in measured:
         found = windows[fr.tag].interval
         if found is None:  # one observation: its error cannot be told, nor the sum's
             return
-        groups[(fr.device or "0") if per_gpu else "all"].append((found.high - found.low) / 2)
+        # The relative half-width is the benchmark's own (same rates, same code), scaled to
+        # the value the report prints for that file, so a row and its warning agree.
+        value = stats.mean(stats.trim(fr.rates))
+        groups[(fr.device or "0") if per_gpu else "all"].append((found.halfwidth * value, value))
     centre = br.raw_rate
     if math.isnan(centre):
         return

@@ -290,3 +290,53 @@ def test_intermediate_flushes_lose_nothing(pipe, interval, max_pending):
     assert len(rs) == 50
     assert [r["time"] for r in rs] == sorted(r["time"] for r in rs)
     assert len(set(r["time"] for r in rs)) == 50  # no observation reported twice
+
+
+def test_a_script_that_just_ends_still_gets_its_window_summary(tmp_path):
+    """No close(), no budget reached: the loop ran out and the interpreter exits. The
+    summary (reason ``ended``) is written at exit, and the iterator is not kept alive
+    by the exit hook meanwhile."""
+    import gc
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    import weakref
+
+    from benchkit import timing
+
+    it = TimedIterator(range(3), writer=DataWriter(fd=None), monitor=False)
+    ref = weakref.ref(it)
+    del it
+    gc.collect()
+    assert ref() is None  # the exit hook holds weak references only
+
+    script = tmp_path / "ends.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import time
+            from benchkit.timing import TimedIterator
+            it = TimedIterator(range(200), batch_size=1, measure={"warmup_min": 0, "warmup_max": "0.05s",
+                               "min": "5s", "max": "10s"}, monitor=False)
+            for _ in it:
+                time.sleep(0.005)
+            """
+        )
+    )
+    out = tmp_path / "data"
+    with open(out, "w") as fh:
+        env = dict(
+            os.environ,
+            DATA_FD=str(fh.fileno()),
+            PYTHONPATH=str(timing.__file__).rsplit("/benchkit/", 1)[0],
+        )
+        env.pop("MILABENCH_CONFIG", None)
+        subprocess.run(
+            [sys.executable, str(script)], env=env, pass_fds=[fh.fileno()], check=True, timeout=60
+        )
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    window = [r["window"] for r in records if "window" in r]
+    assert len(window) == 1 and window[0]["reason"] == "ended"
+    assert window[0]["observations"] == len([r for r in records if "rate" in r]) > 20

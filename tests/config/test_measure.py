@@ -9,7 +9,7 @@ import pytest
 import yaml
 from cfgtest_util import REPO, SUITES, run_cli, write
 
-from benchkit.options import MeasureSettings, parse_measure
+from benchkit.options import MEASURE_KEYS, MeasureSettings, parse_measure
 from milabench.config import load_suite
 from milabench.plan.nodes import entry_timeout
 
@@ -27,7 +27,11 @@ def test_base_yaml_writes_out_the_defaults_benchkit_uses():
     """One set of defaults: what a script run by hand uses is what the suites show."""
     block = yaml.safe_load((REPO / "config" / "base.yaml").read_text())["_defaults"]["measure"]
     assert parse_measure(block) == MeasureSettings()
-    assert set(block) == {f.name for f in dataclasses.fields(MeasureSettings)}
+    assert set(block) == set(MEASURE_KEYS)
+    assert {f.name for f in dataclasses.fields(MeasureSettings)} == set(MEASURE_KEYS) | {
+        "stop",
+        "skip",
+    }
 
 
 @pytest.mark.parametrize("name", ["cpu.yaml", "standard.yaml"])

@@ -100,3 +100,16 @@ def mark():
 
 
 PYTHON = sys.executable
+
+
+class Collect:
+    """A sink that keeps every event it is given, for tests to look at."""
+
+    def __init__(self):
+        self.events = []
+
+    def on_event(self, tag, event):
+        self.events.append((tag, event))
+
+    def close(self):
+        pass

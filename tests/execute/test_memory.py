@@ -12,6 +12,8 @@ from milabench.execute import memory
 from milabench.execute.runner import run_specs, run_specs_sync, sampling_interval
 from milabench.plan.spec import ProcessSpec
 
+from .conftest import Collect
+
 MiB = 2**20
 
 # A parent that starts two children; each allocates and touches 100 MiB, then sleeps.
@@ -23,17 +25,6 @@ kids = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(2)]
 for k in kids:
     k.wait()
 """
-
-
-class Collect:
-    def __init__(self):
-        self.events = []
-
-    def on_event(self, tag, event):
-        self.events.append((tag, event))
-
-    def close(self):
-        pass
 
 
 def tree_records(sink, tag):

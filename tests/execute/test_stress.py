@@ -28,18 +28,7 @@ from milabench.execute.suite import run_suite
 from milabench.plan.spec import ProcessSpec
 from milabench.sinks.runfiles import RunFileSink
 
-from .conftest import cpu_system, make_entry, marked_processes, wait_no_marked
-
-
-class Collect:
-    def __init__(self):
-        self.events = []
-
-    def on_event(self, tag, event):
-        self.events.append((tag, event))
-
-    def close(self):
-        pass
+from .conftest import Collect, cpu_system, make_entry, marked_processes, wait_no_marked
 
 
 def open_fds() -> int:

@@ -34,7 +34,11 @@ ROW_KEYS = {
 
 
 def half_by_hand(values: list[float]) -> float:
-    return T975_9 * statistics.stdev(values) / math.sqrt(len(values))
+    """Absolute half-width the report prints: the benchmark's relative half-width (t over
+    10 batches of one value, around the plain mean) applied to the trimmed mean the
+    report shows, so that a row and its warning say the same percentage."""
+    relative = T975_9 * statistics.stdev(values) / math.sqrt(len(values)) / statistics.fmean(values)
+    return relative * trimmed_mean(values)
 
 
 def trimmed_mean(values: list[float]) -> float:
@@ -84,13 +88,26 @@ def test_devices_sum_and_repeats_average(tmp_path: Path):
                                        pytest.approx(centre + h, rel=1e-4))  # fmt: skip
     assert br.observations == 20
 
+    # Two repeats that agree: their own intervals decide (sqrt(sum h^2) / k).
     d = tmp_path / "runs" / "rep"
     write_file(d, "rp.R1.D0", entry("rp"), rates=A)
-    write_file(d, "rp.R2.D0", entry("rp"), rates=[x + 1 for x in A])
+    write_file(d, "rp.R2.D0", entry("rp"), rates=A[::-1])
     br = build_report([d]).bench("rp")
-    h = math.sqrt(2 * half_by_hand(A) ** 2) / 2  # mean of two repeats: sqrt(sum h^2) / k
+    h = math.sqrt(2 * half_by_hand(A) ** 2) / 2
     assert br.halfwidth == pytest.approx(h / br.raw_rate, rel=1e-4)
     assert br.ci_high - br.ci_low == pytest.approx(2 * h, rel=1e-4)
+
+    # Two repeats that disagree more than their own intervals say (the host drifted
+    # between them): the t interval over the repeats' values is the honest one.
+    d = tmp_path / "runs" / "drift"
+    shifted = [x * 1.1 for x in A]
+    write_file(d, "rd.R1.D0", entry("rd"), rates=A)
+    write_file(d, "rd.R2.D0", entry("rd"), rates=shifted)
+    br = build_report([d]).bench("rd")
+    values = [trimmed_mean(A), trimmed_mean(shifted)]
+    between = 12.7062 * statistics.stdev(values) / math.sqrt(2)
+    assert between > math.sqrt(half_by_hand(A) ** 2 + half_by_hand(shifted) ** 2) / 2
+    assert br.ci_high - br.ci_low == pytest.approx(2 * between, rel=1e-4)
 
 
 def test_window_records_and_their_warnings(tmp_path: Path):
