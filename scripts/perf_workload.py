@@ -14,6 +14,8 @@ import time
 
 import torch
 
+NO_WINDOW = {"warmup_min": 0, "warmup_max": 0, "min": 0, "max": 0}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -55,7 +57,9 @@ def main() -> None:
     else:
         from benchkit.timing import TimedIterator
 
-        it = TimedIterator(loader, stop=0, skip=args.warmup)  # no early stop: same steps
+        # No time window: bare and instrumented runs must do the same steps, so the
+        # window may not end the run early (warm-up of exactly ``--warmup`` steps).
+        it = TimedIterator(loader, stop=0, skip=args.warmup, measure=NO_WINDOW)
         record = it.record_loss
 
     t_start = None
@@ -102,7 +106,7 @@ def paired(args, model, opt, loss_fn, loader) -> None:
         for x, y in block:
             step(x, y)
         c1 = time.process_time()
-        it = TimedIterator(block, stop=0, skip=0, monitor=False)
+        it = TimedIterator(block, stop=0, skip=0, monitor=False, measure=NO_WINDOW)
         for x, y in it:
             it.record_loss(step(x, y))
         c2 = time.process_time()
