@@ -502,7 +502,9 @@ class TimedIterator:
         """One all-reduce: stop if any rank says so; meet again at the nearest proposal."""
         torch = _torch()
         dist = self._dist
-        values = torch.tensor([1 if stop_now else 0, -proposal], dtype=torch.int64)
+        values = torch.tensor(
+            [1 if stop_now else 0, -proposal], dtype=torch.int64, device=self._collective_device()
+        )
         dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self._group)
         stop_flag, neg = (int(x) for x in values.tolist())
         return stop_flag > 0, max(1, -neg)
@@ -754,13 +756,18 @@ class TimedIterator:
         self._loss_times.clear()
         self._loss_steps.clear()
 
+    def _collective_device(self) -> str:
+        """Where the decision tensors live: the host with the gloo side group (or a gloo
+        job); the current GPU when only an NCCL group is there (it takes no host tensor)."""
+        if self._group is None and self._dist.get_backend() == "nccl":
+            return f"cuda:{_torch().cuda.current_device()}"
+        return "cpu"
+
     def _reduce_sizes(self, sizes: list[float]) -> list[float]:
         """Sum per-step sizes over ranks: two small collectives per meeting, none per step."""
         torch = _torch()
         dist = self._dist
-        device = "cpu"
-        if self._group is None and dist.get_backend() == "nccl":
-            device = f"cuda:{torch.cuda.current_device()}"
+        device = self._collective_device()
         length = torch.tensor([len(sizes)], dtype=torch.int64, device=device)
         dist.all_reduce(length, op=dist.ReduceOp.MAX, group=self._group)
         n = int(length.item())
