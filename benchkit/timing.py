@@ -440,7 +440,7 @@ class TimedIterator:
             s = self.settings
             if self._measure_from is None and s.warmup_max <= 0 and self.count >= s.skip:
                 # A warm-up of ``skip`` steps only: known without waiting for timings.
-                self.window._begin_measure(now)
+                self.window.begin_measure(now)
                 self._enter_measure(at=s.skip)
             self._convert(final=False)
             self.window.update(now)
@@ -453,12 +453,17 @@ class TimedIterator:
     def _after_update(self, now: float) -> None:
         if self._measure_from is None and self.window.measuring:
             self._enter_measure()
-        if self._measure_from is not None and self.settings.stop and not self.window.done:
-            if self.count - self._measure_from >= self.settings.stop:
-                self._finish(now)  # every measured step is issued: collect them all
-                return
-        if self.window.done:
-            self._finish(now)
+        if self.window.done or self._issued_all_measured():
+            self._finish(now)  # a count bound: every measured step is issued, collect them
+
+    def _issued_all_measured(self) -> bool:
+        """The ``stop`` count bound is reached by the steps issued so far."""
+        stop = self.settings.stop
+        return (
+            bool(stop)
+            and self._measure_from is not None
+            and self.count - self._measure_from >= stop
+        )
 
     def _enter_measure(self, at: int | None = None) -> None:
         """Warm-up is over: steps issued from now on (or from step ``at``) are measured."""
@@ -487,11 +492,7 @@ class TimedIterator:
         elif self._measure_from is not None and self.settings.stop:
             left = self._measure_from + self.settings.stop - self.count
             proposal = min(proposal, max(1, left))
-        stop_now = self.window.done or (
-            self._measure_from is not None
-            and bool(self.settings.stop)
-            and self.count - self._measure_from >= self.settings.stop
-        )
+        stop_now = self.window.done or self._issued_all_measured()
         stop_now, proposal = self._agree(stop_now, proposal)
         self._last_meeting = (self.count, now)
         self._next_meeting = self.count + proposal
@@ -522,7 +523,7 @@ class TimedIterator:
         end = time.perf_counter()
         self.window.update(end)
         if not self.window.done:
-            self.window._finish("stop_count" if self.settings.stop else "ended")
+            self.window.end("stop_count" if self.settings.stop else "ended")
         self.done = True
         if self.writer is not None:
             self._write_window()

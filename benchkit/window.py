@@ -257,7 +257,7 @@ class Window:
             self.started = now
             s = self.settings
             if s.warmup_max <= 0 and s.skip <= 0:
-                self._begin_measure(now)
+                self.begin_measure(now)
 
     def add_warmup(self, durations: Sequence[float]) -> None:
         self.warmup_durations.extend(durations)
@@ -286,9 +286,11 @@ class Window:
         if s.warmup_max > 0:
             self.settled = has_settled(self.warmup_durations, s.settle)
         if self.settled or elapsed >= s.warmup_max:
-            self._begin_measure(now)
+            self.begin_measure(now)
 
-    def _begin_measure(self, now: float) -> None:
+    def begin_measure(self, now: float) -> None:
+        """Warm-up is over at ``now`` (also called by the iterator when a step count alone
+        decides it)."""
         self.phase = MEASURE
         self.measure_started = now
         if self.started is not None:
@@ -300,15 +302,16 @@ class Window:
         self.measured_seconds = now - start
         n = self.stats.n
         if s.stop and n >= s.stop:
-            self._finish("stop_count")
+            self.end("stop_count")
         elif s.max and self.measured_seconds >= s.max:
-            self._finish("max_time")
+            self.end("max_time")
         elif s.max and self.measured_seconds >= s.min and n >= s.min_observations:
             found = self.stats.interval()
             if found is not None and found[0] and found[1] / abs(found[0]) <= s.precision:
-                self._finish("precision")
+                self.end("precision")
 
-    def _finish(self, reason: str) -> None:
+    def end(self, reason: str) -> None:
+        """The window is over, for ``reason``."""
         self.phase = DONE
         self.reason = reason
 
@@ -319,11 +322,11 @@ class Window:
         if self.phase == MEASURE:
             start = self.measure_started if self.measure_started is not None else now
             self.measured_seconds = now - start
-            self._finish("ended")
+            self.end("ended")
         else:
             if self.started is not None:
                 self.warmup_seconds = now - self.started
-            self._finish("ended_in_warmup")
+            self.end("ended_in_warmup")
 
     def interval(self) -> Interval | None:
         found = self.stats.interval()
