@@ -1,6 +1,6 @@
 """Self-contained HTML report: tables plus inline SVG plots, no network, no JavaScript.
 
-Plots: per-benchmark bars with error bars (mean rate +/- std), and for each benchmark
+Plots: per-benchmark bars with error bars (rate +/- its 95% interval, as in the table), and for each benchmark
 the throughput over time per process/device, and accelerator load and memory over time
 (host CPU load/memory when no accelerator was sampled, e.g. on a CPU-only machine).
 """
@@ -119,12 +119,8 @@ def render_html(report: Report) -> str:
         h.append('<h2>Warnings</h2><ul class="warnings">')
         h += [f"<li>{escape(w)}</li>" for w in warnings]
         h.append("</ul>")
-    bars = [
-        (br.name, br.perf, br.summary.std if br.summary else 0.0)
-        for br in report.benchmarks
-        if br.summary
-    ]
-    h += ['<div class="plots">', bar_chart("Mean rate per benchmark (± std)", bars,
+    bars = [(br.name, br.raw_rate, _ci_half(br)) for br in report.benchmarks if br.summary]
+    h += ['<div class="plots">', bar_chart("Rate per benchmark (± 95% interval)", bars,
                                             ylabel="rate", css="plot-bars"), "</div>"]  # fmt: skip
     h.append("<h2>Validations</h2><ul>")
     for layer in report.layers:
@@ -166,3 +162,10 @@ def render_html(report: Report) -> str:
         h.append("</div>")
     h.append("</body></html>")
     return "\n".join(h) + "\n"
+
+
+def _ci_half(br) -> float:
+    """Absolute half-width of the benchmark's 95% interval (0 when it has none)."""
+    if br.ci_low is None or br.ci_high is None:
+        return 0.0
+    return (br.ci_high - br.ci_low) / 2
