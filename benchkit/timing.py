@@ -60,6 +60,8 @@ _INF = float("inf")
 # Seconds between two conversions of completed steps (and window decisions): rates reach
 # the run file at least this often, and a window ends at most this late.
 CHECK_PERIOD = 0.25
+# Shortest time a rate record covers: shorter steps are grouped (see `_coalesce`).
+MIN_RECORD_S = 0.001
 
 
 def default_batch_size(batch: Any) -> int:
@@ -250,6 +252,8 @@ class TimedIterator:
         self._next_meeting = 1  # step count of the next decision shared by the ranks
         self._last_meeting = (0, 0.0)
         self._window_written = False
+        self._partial = (0.0, 0.0)  # items and seconds of steps not yet in a record
+        self._partial_stamp = 0.0
         # perf_counter -> epoch seconds, for record timestamps.
         self._epoch_offset = time.time() - time.perf_counter()
         if self.writer is not None:
@@ -660,18 +664,56 @@ class TimedIterator:
             if split:
                 self.window.add_warmup(durations[:split])
             if split < k:
-                rates = [
-                    size / duration if duration > 0 else math.nan
-                    for size, duration in zip(sizes[split:], durations[split:], strict=False)
-                ]
-                kept = [
-                    (r, d, t)
-                    for r, d, t in zip(rates, durations[split:], stamps[split:], strict=False)
-                    if r == r and r != _INF
-                ]
-                self.window.add_measured([d for _, d, _ in kept], [r for r, _, _ in kept])
-                self._write_rates([r for r, _, _ in kept], [t for _, _, t in kept])
+                rates, spans, times = self._coalesce(
+                    sizes[split:], durations[split:], stamps[split:], final
+                )
+                self.window.add_measured(spans, rates)
+                self._write_rates(rates, times)
+        elif final:
+            rates, spans, times = self._coalesce([], [], [], final)
+            self.window.add_measured(spans, rates)
+            self._write_rates(rates, times)
         self._convert_losses(final)
+
+    def _coalesce(
+        self, sizes: list[float], durations: list[float], stamps: list[float], final: bool
+    ) -> tuple[list[float], list[float], list[float]]:
+        """(rates, durations, stamps) of records lasting at least ``MIN_RECORD_S`` each.
+
+        A step of 20 ms is one record, as always. Steps of a few microseconds (a tight
+        loop under a 30 s window) are grouped until their durations add up to
+        ``MIN_RECORD_S``, so a window writes at most ~1,000 records a second whatever the
+        step; the rate of a group is its items over its time (run-data.md: one record
+        "per measured step or window"). A partial group waits for the next conversion,
+        except at the end of the window. Without a time window, every step is a record.
+        """
+        # Only a time window needs it: with step counts alone (``max: 0``), the user's
+        # count bounds the records, and one record per step is the contract.
+        threshold = MIN_RECORD_S if self.settings.max > 0 else 0.0
+        acc_size, acc_time = self._partial
+        rates: list[float] = []
+        spans: list[float] = []
+        times: list[float] = []
+        for size, duration, stamp in zip(sizes, durations, stamps, strict=False):
+            if not duration > 0 or size != size:
+                continue
+            acc_size += size
+            acc_time += duration
+            if acc_time >= threshold:
+                rate = acc_size / acc_time
+                if rate != _INF:
+                    rates.append(rate)
+                    spans.append(acc_time)
+                    times.append(stamp)
+                acc_size = acc_time = 0.0
+            self._partial_stamp = stamp
+        if final and acc_time > 0:
+            rates.append(acc_size / acc_time)
+            spans.append(acc_time)
+            times.append(self._partial_stamp)
+            acc_size = acc_time = 0.0
+        self._partial = (acc_size, acc_time)
+        return rates, spans, times
 
     def _write_rates(self, rates: list[float], stamps: list[float]) -> None:
         writer = self.writer

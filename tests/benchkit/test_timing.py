@@ -340,3 +340,30 @@ def test_a_script_that_just_ends_still_gets_its_window_summary(tmp_path):
     window = [r["window"] for r in records if "window" in r]
     assert len(window) == 1 and window[0]["reason"] == "ended"
     assert window[0]["observations"] == len([r for r in records if "rate" in r]) > 20
+
+
+def test_tiny_steps_under_a_time_window_are_grouped_into_records_of_a_millisecond(pipe):
+    """A loop of microsecond steps measured for a second must not write a record per
+    step (30 s of such a loop would be tens of millions of lines): steps are grouped
+    into records of at least 1 ms, and the rate of a group is its items over its time."""
+    from benchkit.timing import MIN_RECORD_S
+
+    it = make(
+        pipe,
+        iter(int, 1),  # endless, each step ~1 us
+        batch_size=4,
+        measure={"warmup_min": "0.1s", "warmup_max": "0.2s", "min": "1s", "max": "1s"},
+    )
+    steps = 0
+    for _ in it:
+        steps += 1
+    records = pipe.records()
+    rs = rates(records)
+    window = next(r["window"] for r in records if "window" in r)
+    measured = steps - window["warmup_observations"]
+    assert steps > 50_000  # tiny steps indeed
+    assert len(rs) == window["observations"] <= 1.2 / MIN_RECORD_S  # ~1 ms records
+    assert len(rs) < measured / 20
+    # grouped rates are still items per second of the loop: 4 items per ~1-5 us step
+    assert all(4 / 50e-6 < r["rate"] < 4 / 0.1e-6 for r in rs)
+    assert window["reason"] == "max_time" and 0.99 <= window["measured_s"] < 1.5
