@@ -100,13 +100,29 @@ class Session:
         self.writer = writer
         self.iterators: list[TimedIterator] = []
         self.monitor: Monitor | None = None
+        self.fired: dict[str, int] = {}  # selector -> times its probe fired
 
     @property
     def current(self) -> TimedIterator | None:
         return self.iterators[-1] if self.iterators else None
 
     def close(self) -> None:
-        """Flush everything and let go of the descriptor before voir closes it."""
+        """Flush everything and let go of the descriptor before voir closes it.
+
+        A probe that never fired is an error event naming its selector: a misspelt
+        variable or a function the script never calls would otherwise pass as a run that
+        simply had nothing to measure.
+        """
+        for selector, count in self.fired.items():
+            if count == 0:
+                self.writer.event(
+                    "error",
+                    {
+                        "type": "ProbeNeverFired",
+                        "message": f"probe `{selector}` never fired: check the function "
+                        "and variable names it selects",
+                    },
+                )
         for it in self.iterators:
             if not it.done:
                 it.close()
@@ -143,8 +159,10 @@ def wrap_loader(
     """
     opts = session.options
     ov = session.ov
+    session.fired.setdefault(selector, 0)
 
     def wrap(loader: Any) -> TimedIterator:
+        session.fired[selector] += 1
         previous = session.current
         it = TimedIterator(
             loader,
@@ -180,8 +198,10 @@ def probe_loss(session: Session, selector: str) -> Any:
     `TimedIterator` (a tensor is only read at the next flush)."""
     ov = session.ov
     variable = _focus(selector)
+    session.fired.setdefault(selector, 0)
 
     def record(data: dict[str, Any]) -> None:
+        session.fired[selector] += 1
         it = session.current
         if it is not None and not it.done:
             it.record_loss(data[variable])

@@ -12,7 +12,7 @@ A process **succeeds** when all of these hold:
   min_observations`` is a warning, not a failure: a slow machine is a slow result);
 * no loss was NaN or infinite, **even when the run was stopped early** (a NaN loss
   followed by an early stop is still a failure);
-* no ``error`` event was recorded;
+* no error event (``ERROR_EVENTS``: ``error``, voir's ``overseer_error``) was recorded;
 * it ended by itself with code 0, or the instrumentation stopped it (early stop): a
   timeout, an interruption, a missing ``end`` or a non-zero code fail it.
 
@@ -38,6 +38,11 @@ PASS = "PASS"
 FAIL = "FAIL"
 
 DEFAULT_MAX_FAILURE_RATE = 0.01
+
+# Events that count as errors of a process: the tool's and benchkit's `error`, and voir's
+# `overseer_error` (an instrument that broke, e.g. a probe selector naming a variable that
+# does not exist: voir carries on, so without it a run would pass having measured nothing).
+ERROR_EVENTS = ("error", "overseer_error")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from milabench.events import as_float, read_events
+from milabench.report.outcome import ERROR_EVENTS
 
 _REPEAT = re.compile(r"^R(\d+)$")
 _DEVICE = re.compile(r"^D(\d+)$")
@@ -218,7 +219,7 @@ def read_file(path: Path) -> FileResult:
             fr.start_time = as_float(data.get("time"))
         elif kind == "stop":
             fr.early_stop = True
-        elif kind == "error":
+        elif kind in ERROR_EVENTS:
             fr.errors.append(data if isinstance(data, dict) else {"message": str(data)})
         elif kind == "message":
             msg = data.get("message") if isinstance(data, dict) else data

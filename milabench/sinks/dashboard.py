@@ -38,6 +38,7 @@ from typing import IO, Any
 from milabench.events import as_float
 from milabench.report import outcome
 from milabench.report.numbers import fmt_bytes, fmt_sig
+from milabench.report.outcome import ERROR_EVENTS
 from milabench.report.runs import split_tag
 
 _BAR_WIDTH = 20
@@ -227,7 +228,7 @@ class _State:
         elif name == "stop":
             row.status = "stopping"
             row.early_stop = True
-        elif name == "error":
+        elif name in ERROR_EVENTS:
             row.errors += 1
             if isinstance(data, dict):
                 row.note = f"{data.get('type', 'error')}: {data.get('message', '')}"
