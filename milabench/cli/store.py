@@ -86,10 +86,12 @@ def run(args: argparse.Namespace) -> int:
                     print(f"{res.name}: already stored, nothing added")
                     continue
                 print(f"{res.name}: imported {res.benchmarks} benchmark(s)")
+                from milabench.report.numbers import fmt_sig
+
                 for bench in _benches(store, res.run_id):
                     row = store.history(bench, last=1, k=args.k)
                     if row and row[-1].flagged:
-                        print(f"  ! {bench}: perf {row[-1].perf:.2f} is {row[-1].zscore:+.1f} "
+                        print(f"  ! {bench}: perf {fmt_sig(row[-1].perf)} is {row[-1].zscore:+.1f} "
                               f"std devs from its history")  # fmt: skip
             return 0
         if action == "runs":

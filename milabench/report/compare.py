@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from milabench.errors import ConfigError
+from milabench.report.numbers import fmt_sig
 from milabench.report.significance import bootstrap_ratio_ci, mann_whitney_u
 from milabench.report.stats import median
 
@@ -217,6 +218,7 @@ def samples_of(report) -> dict[str, list[float]]:
 
 
 def _f(x: float, d: int = 2) -> str:
+    """Ratios (around 1) and p-values: fixed decimals. Rates go through `fmt_sig`."""
     return "-" if x is None or not math.isfinite(x) else f"{x:.{d}f}"
 
 
@@ -227,7 +229,7 @@ def _row_cells(r: BenchComparison, confirmed: set[str] | None) -> list[str]:
     elif r.label == "faster":
         verdict = "improvement"
     ci = f"[{_f(r.ci_low, 3)}, {_f(r.ci_high, 3)}]" if math.isfinite(r.ci_low) else "-"
-    return [r.name, str(r.n_a), str(r.n_b), _f(r.median_a), _f(r.median_b), _f(r.ratio, 3),
+    return [r.name, str(r.n_a), str(r.n_b), fmt_sig(r.median_a), fmt_sig(r.median_b), _f(r.ratio, 3),
             ci, _f(r.p_value, 4), r.label, verdict]  # fmt: skip
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 
 import pytest
 
@@ -129,3 +130,19 @@ def test_fast_bootstrap_medians_match_naive_resampling():
         # every fast median is a value, or the mean of two values, of the sample
         pairs = {(x + y) / 2 for x in vals for y in vals} | set(vals)
         assert set(fast) <= pairs
+
+
+def test_comparison_prints_tiny_rates_with_three_significant_digits():
+    """A bf16 matmul on a CPU without bf16 runs at ~0.001 TFLOPS: two fixed decimals
+    would print both medians as 0.00."""
+    from milabench.report.compare import Comparison, render_comparison
+
+    rng = random.Random(2)
+    a = [0.000851 * (1 + rng.gauss(0, 0.01)) for _ in range(20)]
+    b = [0.000912 * (1 + rng.gauss(0, 0.01)) for _ in range(20)]
+    row = compare_one("flops-bf16", a, b, threshold=Threshold())
+    for fmt in ("text", "markdown"):
+        text = render_comparison(Comparison("A", "B", [row]), fmt)
+        medians = re.findall(r"\b0\.000(\d{3})\b", text)
+        assert len(medians) == 2, text  # both medians with 3 significant digits
+        assert "0.00 " not in text and "| 0.00 |" not in text

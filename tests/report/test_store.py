@@ -70,7 +70,7 @@ def test_cli_history_check_exit(tmp_path: Path):
     proc = subprocess.run(
         [*run, "import", *map(str, dirs), "--url", url], capture_output=True, text=True
     )
-    assert proc.returncode == 0 and "! bench: perf 40.00" in proc.stdout
+    assert proc.returncode == 0 and "! bench: perf 40.0 is" in proc.stdout
     proc = subprocess.run([*run, "history", "bench", "--url", url, "--check"], capture_output=True,
                           text=True)  # fmt: skip
     assert proc.returncode == 1 and "OUTLIER" in proc.stdout.splitlines()[-1]
