@@ -254,6 +254,11 @@ class TimedIterator:
         self._window_written = False
         self._partial = (0.0, 0.0)  # items and seconds of steps not yet in a record
         self._partial_stamp = 0.0
+        # What the instrument costs (benchkit.overhead): seconds spent deciding between
+        # steps, and the seconds and number of the steps converted so far.
+        self.check_seconds = 0.0
+        self.step_seconds = 0.0
+        self.steps_timed = 0
         # perf_counter -> epoch seconds, for record timestamps.
         self._epoch_offset = time.time() - time.perf_counter()
         if self.writer is not None:
@@ -438,6 +443,12 @@ class TimedIterator:
     # -- decisions ----------------------------------------------------------------------
     def _check(self, now: float) -> None:
         """Between two steps: convert completed steps, let the window decide, report."""
+        try:
+            self._decide(now)
+        finally:
+            self.check_seconds += time.perf_counter() - now
+
+    def _decide(self, now: float) -> None:
         if self._collective:
             self._meet(now)
         else:
@@ -611,8 +622,10 @@ class TimedIterator:
 
     # -- losses -----------------------------------------------------------------------
     def record_loss(self, loss: Any) -> None:
-        """Keep ``loss`` (a tensor is detached, not read) until its step is converted."""
-        if self.writer is None:
+        """Keep ``loss`` (a tensor is detached, not read) until its step is converted.
+
+        ``None`` is ignored: scripts often set ``loss = None`` before their loop."""
+        if self.writer is None or loss is None:
             return
         detach = getattr(loss, "detach", None)
         self._losses.append(detach() if detach is not None else loss)
@@ -660,6 +673,8 @@ class TimedIterator:
             del self._starts[:k], self._ends[:k], self._sizes[:k]
             self._first_pending = first + k
             durations, stamps = self._durations(starts, ends)
+            self.step_seconds += sum(durations)
+            self.steps_timed += len(durations)
             split = k if self._measure_from is None else max(0, min(k, self._measure_from - first))
             if split:
                 self.window.add_warmup(durations[:split])

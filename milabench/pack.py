@@ -10,13 +10,14 @@ and `milabench.execute` do the running, so a pack can be inspected and tested fr
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from milabench.errors import ConfigError
-from milabench.plan.nodes import PlanNode, Script, Voir
+from milabench.plan.nodes import PlanNode, Script, Voir, entry_working_dir
 
 # requirement name (lower case) -> module to import when it differs from the name
 IMPORT_NAMES: dict[str, str] = {
@@ -78,8 +79,9 @@ class BenchmarkPackage:
     """Default behaviour of a benchmark folder; subclass it in ``benchfile.py``.
 
     Class attributes a subclass typically sets: ``main_script`` (file run by ``run``,
-    relative to the folder), ``prepare_name`` (prepare script), ``key_imports`` (modules
-    whose import proves the environment works).
+    relative to the folder; an entry's ``script`` field overrides it), ``prepare_name``
+    (prepare script), ``key_imports`` (modules whose import proves the environment works).
+    Processes run in `working_dir` (the entry's ``working_dir``, else the folder).
     """
 
     main_script: str = "main.py"
@@ -134,7 +136,19 @@ class BenchmarkPackage:
     # -- files of the folder ---------------------------------------------------------
     @property
     def main_path(self) -> Path:
+        """The file run by ``run``: the entry's ``script`` (relative to the folder, absolute
+        allowed), else the class's ``main_script``."""
+        script = self.entry.get("script")
+        if isinstance(script, str) and script:
+            path = Path(os.path.expandvars(script)).expanduser()
+            return path if path.is_absolute() else self.definition / path
         return self.definition / self.main_script
+
+    @property
+    def working_dir(self) -> Path:
+        """The processes' working directory: the entry's ``working_dir`` (placeholders such
+        as ``{milabench_extra}`` resolved, relative to the folder), else the folder."""
+        return Path(entry_working_dir(self.entry, self.system))
 
     @property
     def prepare_script(self) -> Path | None:
@@ -178,22 +192,27 @@ class BenchmarkPackage:
         argv: list[str] | None = None,
         tag: list[str] | None = None,
     ) -> Script:
+        # absolute: the working directory need not be the folder the path is relative to
+        path = Path(script or self.main_path)
+        if not path.is_absolute():
+            path = Path(os.path.normpath(path.absolute()))
         return Script(
             self.entry,
             self.system,
-            script or self.main_path,
+            path,
             self.argv if argv is None else argv,
             python=self.python,
             env=self.make_env(),
             tag=tag,
-            cwd=self.definition,
+            cwd=self.working_dir,
         )
 
     def command_node(self) -> PlanNode:
         """The main script, under voir when the folder has a voirfile."""
         node: PlanNode = self.script_node()
         if self.voirfile is not None:
-            node = Voir(node, voirfile=self.voirfile, executable=self.executable("voir"))
+            voirfile = os.path.normpath(self.voirfile.absolute())  # read from working_dir
+            node = Voir(node, voirfile=voirfile, executable=self.executable("voir"))
         return node
 
     def build_run_plan(self) -> PlanNode:

@@ -1,7 +1,8 @@
 """`milabench matrix`: the resolved entries plus the command lines `run` would start.
 
 Same options and output as `milabench resolve`, with, per entry, ``command`` (the argv of
-the first process on this machine, placeholders resolved) and, for plans that start more
+the first process on this machine, placeholders resolved), ``cwd`` (its working
+directory: the resolved ``working_dir``) and, for plans that start more
 than one process, ``processes`` (tag, command, and the variables that differ between
 processes: the device-selection variable and the data channel). Nothing is started.
 """
@@ -53,7 +54,7 @@ def plan_view(entry: dict, system: dict) -> dict:
         raise
     if not specs:
         return {"command": None}
-    view: dict = {"command": redact(list(specs[0].argv))}
+    view: dict = {"command": redact(list(specs[0].argv)), "cwd": specs[0].cwd}
     if len(specs) > 1:
         selection = selection_variable(system.get("arch"))
         view["processes"] = [redact(_process_view(s, selection)) for s in specs]

@@ -127,10 +127,17 @@ def _format(value: Any) -> str:
 
 
 class _Resolver:
-    def __init__(self, entry: dict[str, Any], system: dict[str, Any], values: dict[str, Any]):
+    def __init__(
+        self,
+        entry: dict[str, Any],
+        system: dict[str, Any],
+        values: dict[str, Any],
+        key: str = "argv",
+    ):
         self.entry = entry
         self.system = system
         self.values = values
+        self.key = key
         self.functions = {
             "auto": self._auto,
             "auto_batch": lambda default: auto_batch(default, system),
@@ -152,7 +159,7 @@ class _Resolver:
             close = difflib.get_close_matches(name, list(self.values), n=1, cutoff=0.8)
             if close:
                 warnings.warn(
-                    f"{self.entry.get('name', '?')}: argv: unknown placeholder '{{{name}}}' "
+                    f"{self.entry.get('name', '?')}: {self.key}: unknown placeholder '{{{name}}}' "
                     f"(did you mean '{{{close[0]}}}'?); left as is",
                     PlaceholderWarning,
                     stacklevel=4,
@@ -197,3 +204,18 @@ def resolve_argv(
     """`argv` with placeholders and helpers resolved for one process."""
     resolver = _Resolver(entry, system, placeholder_values(entry, system, device, extra))
     return [resolver.item(str(item)) for item in argv]
+
+
+def resolve_text(
+    text: str,
+    entry: dict[str, Any],
+    system: dict[str, Any],
+    *,
+    key: str,
+    device: int | None = None,
+) -> str:
+    """Brace placeholders of one string that is not an argument (a path such as the
+    entry's ``working_dir``): the same names as in argv, no helpers, no ``name=value``
+    splitting. Warnings for near-misses name `key`."""
+    resolver = _Resolver(entry, system, placeholder_values(entry, system, device), key)
+    return resolver.substitute(str(text))

@@ -6,13 +6,16 @@ here are the ones the planner and runner rely on (plan method, weight, durations
 
 from __future__ import annotations
 
+import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 from benchkit.options import parse_measure
 from milabench.config import PLAN_METHODS
 from milabench.config.argv import argv_list
 from milabench.config.capabilities import requirements
+from milabench.config.document import _display
 from milabench.config.inherit import suggest
 from milabench.errors import ConfigError
 
@@ -46,6 +49,23 @@ def _check_measure(entry: dict[str, Any], fail) -> str | None:
             f"{settings.max:g} s window)"
         )
     return None
+
+
+def _check_script(entry: dict[str, Any], fail) -> None:
+    """``script`` (a file of the definition folder, or absolute) and ``working_dir`` (a
+    path, placeholders resolved at launch) are strings; the script exists when the folder
+    does (a missing folder is reported where it is used)."""
+    for key in ("script", "working_dir"):
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            what = "a file name" if key == "script" else "a folder path"
+            raise fail(key, f"expected {what}, not {value!r}")
+    script, definition = entry.get("script"), entry.get("definition")
+    if script is None or not isinstance(definition, str) or not os.path.isdir(definition):
+        return
+    path = Path(os.path.expandvars(script)).expanduser()
+    if not (path if path.is_absolute() else Path(definition) / path).is_file():
+        raise fail("script", f"no file '{script}' in {_display(Path(definition))}")
 
 
 def warn_short_timeouts(notes: dict[str, str]) -> None:
@@ -95,6 +115,7 @@ def validate_entry(entry: dict[str, Any], file_of) -> str | None:
     if "definition" in entry and entry["definition"] is not None:
         if not isinstance(entry["definition"], str):
             raise fail("definition", "expected a folder path")
+    _check_script(entry, fail)
     for key in ("env", "voir", "validation", "pip", "dirs", "measure"):
         if entry.get(key) is not None and not isinstance(entry[key], dict):
             raise fail(key, f"expected a mapping, not {type(entry[key]).__name__}")

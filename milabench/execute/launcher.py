@@ -15,7 +15,9 @@ import os
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+from milabench.errors import MilabenchError
 from milabench.execute.cleanup import TOKEN_VAR, ProcessTracker, alive, token_processes
 from milabench.execute.lines import line_batches
 from milabench.plan.spec import ProcessSpec
@@ -241,6 +243,41 @@ class LocalHandle(ProcessHandle):
             transport.close()
 
 
+# The entry's folders a benchmark may write to without creating them first.
+ENTRY_FOLDERS = ("data", "extra", "cache", "runs")
+
+
+class FolderError(MilabenchError):
+    """A folder a benchmark process needs cannot be created: one line naming the key."""
+
+
+def ensure_folders(spec: ProcessSpec) -> None:
+    """Create the entry's ``dirs`` (``data``, ``extra``, ``cache``, ``runs``) and the
+    process's working directory when it is not the benchmark's folder, before it starts.
+
+    Third-party scripts write relative paths and read ``$MILABENCH_DIR_*`` without
+    creating them. Only benchmark entries (with a ``definition``) are concerned.
+    """
+    entry = spec.entry or {}
+    definition = entry.get("definition")
+    if not isinstance(definition, str) or not definition:
+        return
+    dirs = entry.get("dirs") if isinstance(entry.get("dirs"), dict) else {}
+    wanted = [(f"dirs.{key}", dirs.get(key)) for key in ENTRY_FOLDERS]
+    if spec.cwd and os.path.normpath(spec.cwd) != os.path.normpath(definition):
+        wanted.append(("working_dir", spec.cwd))
+    for key, folder in wanted:
+        if not isinstance(folder, str) or not folder:
+            continue
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            reason = err.strerror or str(err)
+            raise FolderError(
+                f"{entry.get('name')}: {key}: cannot create {folder}: {reason}"
+            ) from None
+
+
 class LocalLauncher(Launcher):
     """Processes on this machine, each in a new session (its own process group).
 
@@ -250,6 +287,7 @@ class LocalLauncher(Launcher):
     """
 
     async def start(self, spec: ProcessSpec) -> LocalHandle:
+        ensure_folders(spec)
         loop = asyncio.get_running_loop()
         token = uuid.uuid4().hex
         env = dict(os.environ)

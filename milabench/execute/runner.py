@@ -28,7 +28,13 @@ from benchkit.channel import SmuggleDecoder
 from milabench.errors import MilabenchError
 from milabench.events import redact
 from milabench.execute import memory
-from milabench.execute.launcher import Launcher, LocalHandle, LocalLauncher, ProcessHandle
+from milabench.execute.launcher import (
+    FolderError,
+    Launcher,
+    LocalHandle,
+    LocalLauncher,
+    ProcessHandle,
+)
 from milabench.plan.spec import ProcessSpec
 
 TIMEOUT = "TIMEOUT"
@@ -334,9 +340,10 @@ async def run_one(
         handle: ProcessHandle = await _launcher_for(spec, launcher).start(spec)
     except (OSError, MilabenchError) as err:
         code = _error_code(err)
-        emit(
-            "error", {"type": type(err).__name__, "message": f"cannot start {spec.argv[0]}: {err}"}
+        message = (
+            str(err) if isinstance(err, FolderError) else f"cannot start {spec.argv[0]}: {err}"
         )
+        emit("error", {"type": type(err).__name__, "message": message})
         emit("end", {"command": command, "time": time.time(), "return_code": code})
         return Outcome(spec.name, code, False, time.time() - began)
 

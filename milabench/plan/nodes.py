@@ -16,6 +16,7 @@ every visible device). Nothing here starts a process, so a plan can be printed b
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,26 @@ def resolve_argv(argv: list[str], entry: dict, system: dict, device: int | None)
     from milabench.config.placeholders import resolve_argv as _resolve
 
     return _resolve([str(a) for a in argv], entry, system, device=device)
+
+
+def entry_working_dir(entry: dict, system: dict | None = None) -> str:
+    """The working directory of the entry's processes (absolute when the definition is).
+
+    The entry's ``working_dir`` with its brace placeholders (``{milabench_extra}``...)
+    resolved like argv, relative to the definition folder; the definition folder itself
+    when the entry has none.
+    """
+    definition = str(entry.get("definition") or ".")
+    value = entry.get("working_dir")
+    if not isinstance(value, str) or not value:
+        return definition
+    from milabench.config.placeholders import resolve_text
+
+    text = resolve_text(value, entry, system or {}, key="working_dir")
+    path = Path(os.path.expandvars(text)).expanduser()
+    if not path.is_absolute():
+        path = Path(definition) / path
+    return os.path.normpath(path)
 
 
 def entry_tag(entry: dict) -> list[str]:
@@ -73,7 +94,11 @@ class PlanNode:
 
 
 class Script(PlanNode):
-    """``<python> <script> <argv...>`` in the benchmark's folder with its variables.
+    """``<python> <script> <argv...>`` in the entry's working directory with its variables.
+
+    The working directory is ``cwd`` when given, else `entry_working_dir` (the entry's
+    ``working_dir``, by default the benchmark's folder); `BenchmarkPackage.script_node`
+    always passes an absolute ``script`` so that it does not depend on it.
 
     ``argv`` is the assembled argument list *before* placeholder resolution: placeholders
     such as ``{cpu_per_gpu}`` or ``{device}`` depend on the device the process gets, so
@@ -99,7 +124,7 @@ class Script(PlanNode):
         self.python = str(python or venv_bin(entry) / "python")
         self.env = dict(env or {})
         self.tag = list(tag) if tag is not None else entry_tag(entry)
-        self.cwd = str(cwd or entry.get("definition") or ".")
+        self.cwd = str(cwd or entry_working_dir(entry, system))
 
     def specs(self, device: int | None = None) -> list[ProcessSpec]:
         env = benchmark_env(self.entry, self.system, device)

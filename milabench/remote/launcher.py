@@ -18,6 +18,7 @@ remote group (torchrun and its workers) is reached, not only the shell.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import uuid
 from collections.abc import AsyncIterator
 
@@ -293,7 +294,12 @@ class SSHLauncher(Launcher):
                 arch=self.system.get("arch"),
             )
             return remote_command(argv, {}, None)
-        return remote_command(argv, env, spec.cwd)
+        command = remote_command(argv, env, spec.cwd)
+        definition = (spec.entry or {}).get("definition")
+        if spec.cwd and isinstance(definition, str) and spec.cwd != definition:
+            # a ``working_dir`` outside the synced code folder may not exist on the node
+            command = f"mkdir -p -- {shlex.quote(str(spec.cwd))} && {command}"
+        return command
 
     async def start(self, spec) -> RemoteHandle:
         node = spec.node

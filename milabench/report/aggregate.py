@@ -11,6 +11,9 @@ Rules (spec report.md sections 1-3, written out in docs/reports.md):
   the 95% interval of its rate (batch means per file, `benchkit.window.rate_interval`,
   combined as independent errors) and whether the precision target was met, with a
   warning for each shortfall (docs/measurement.md);
+* benchmarks measured from outside (a voirfile's probes) say what the instrumentation
+  cost: the largest `overhead` fraction of their successful files, a warning above
+  `OVERHEAD_WARN` of a step;
 * suite score = exp(sum w ln(score + 1) / sum w), w = weight x enabled; an enabled,
   weighted benchmark without a result scores 0 and carries the reason.
 """
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 
 from benchkit.window import Interval, rate_interval, t975
 from milabench.report import outcome, stats
-from milabench.report.numbers import fmt_seconds, fmt_sig
+from milabench.report.numbers import MISSING, fmt_duration, fmt_seconds, fmt_sig
 from milabench.report.runs import FileResult
 
 SUCCESS = outcome.SUCCESS
@@ -31,6 +34,10 @@ SUCCESS = outcome.SUCCESS
 DEFAULT_PRECISION = 0.02
 DEFAULT_MIN_OBSERVATIONS = 10
 DEFAULT_REQUIRED_OBSERVATIONS = 1
+# Instrumentation that costs more than 1% of a step is a warning: the benchmarks' own
+# noise floor is about that (precision target +/-2%, run-to-run drift 1-4%), and an
+# instrument that costs more than it moves the figure it reports (docs/reports.md).
+OVERHEAD_WARN = 0.01
 
 
 def _setting(fr: FileResult, key: str, default: float) -> float:
@@ -181,8 +188,7 @@ def window_warnings(w: FileWindow) -> list[str]:
     elif w.halfwidth is None and n and n >= w.min_observations:
         out.append(f"95% interval unknown, target ±{_short_pct(w.target)}")
     if w.reason == "ended_in_warmup":
-        warm = f" after {fmt_seconds(w.warmup_s)}" if w.warmup_s is not None else ""
-        out.append(f"the loop ended during warm-up{warm}: nothing measured after it")
+        out.append(ended_in_warmup_warning(w.warmup_s))
     elif w.settled is False:
         cap = f" (capped at {fmt_seconds(w.warmup_s)})" if w.warmup_s is not None else ""
         out.append(f"warm-up never settled{cap}: the step time was still moving")
@@ -190,6 +196,94 @@ def window_warnings(w: FileWindow) -> list[str]:
         measured = f" after {fmt_seconds(w.measured_s)}" if w.measured_s is not None else ""
         out.append(f"the loop ran out{measured}, before the window's end")
     return out
+
+
+def ended_in_warmup_warning(warmup_s: float | None) -> str:
+    """The script ended while still warming up: the measured window never began."""
+    warm = f" after {fmt_seconds(warmup_s)}" if warmup_s is not None else ""
+    return (
+        f"the loop ended during warm-up{warm}, before the measured window could begin: "
+        "nothing measured"
+    )
+
+
+def unmeasured_warnings(fr: FileResult) -> list[str]:
+    """Why a process that wrote no rate measured nothing, when its records tell.
+
+    A `window` record with reason ``ended_in_warmup``: the loop ran out during warm-up.
+    A `warmup` record (written when measurement begins) but no `window` record: the
+    process ended right after its warm-up, before the window recorded a single step.
+    Such a process also fails (no throughput sample); the warning says why.
+    """
+    if fr.rates:
+        return []  # `window_warnings` covers a file that measured
+    win, warm = fr.window or {}, fr.warmup or {}
+    if fr.window is not None and win.get("reason") == "ended_in_warmup":
+        warmup_s = _num_or_none(win.get("warmup_s"))
+        if warmup_s is None:
+            warmup_s = _num_or_none(warm.get("seconds"))
+        return [ended_in_warmup_warning(warmup_s)]
+    if fr.window is None and fr.warmup is not None:
+        seconds = _num_or_none(warm.get("seconds"))
+        after = f" (after {fmt_seconds(seconds)})" if seconds is not None else ""
+        return [
+            f"the script ended as its warm-up finished{after}, before the measured window "
+            "could record a step: nothing measured"
+        ]
+    return []
+
+
+@dataclass
+class Overhead:
+    """What the instrumentation cost one process (its `overhead` record, docs/reports.md)."""
+
+    fraction: float  # of a step: per_step_s / step_s
+    per_step_s: float | None  # instrumentation seconds per measured step
+    step_s: float | None  # seconds of a measured step
+
+
+def file_overhead(fr: FileResult) -> Overhead | None:
+    """The file's `overhead` record, read tolerantly (None when it says nothing usable).
+
+    `fraction` is taken as written; without it, `per_step_s / step_s`. Any key may be
+    missing, null or not a number.
+    """
+    rec = fr.overhead
+    if not isinstance(rec, dict):
+        return None
+    per_step = _num_or_none(rec.get("per_step_s"))
+    step = _num_or_none(rec.get("step_s"))
+    if step is not None and step <= 0:
+        step = None
+    fraction = _num_or_none(rec.get("fraction"))
+    if fraction is None and per_step is not None and step is not None:
+        fraction = per_step / step
+    if fraction is None:
+        return None
+    if per_step is None and step is not None:
+        per_step = fraction * step
+    return Overhead(fraction=fraction, per_step_s=per_step, step_s=step)
+
+
+def fmt_overhead(fraction: float | None) -> str:
+    """The overhead as the tables print it: 0.0002 -> "0.02%/step" ("-" when unknown)."""
+    return MISSING if fraction is None else f"{_short_pct(fraction)}/step"
+
+
+def overhead_warning(found: Overhead) -> str | None:
+    """A sentence when the instrumentation costs more than `OVERHEAD_WARN` of a step."""
+    if found.fraction <= OVERHEAD_WARN:
+        return None
+    if found.per_step_s is not None and found.step_s is not None:
+        detail = f" ({fmt_duration(found.per_step_s)} of {fmt_duration(found.step_s)})"
+    elif found.per_step_s is not None:
+        detail = f" ({fmt_duration(found.per_step_s)} per step)"
+    else:
+        detail = ""
+    return (
+        f"instrumentation costs {_short_pct(found.fraction)} of a step{detail}: "
+        f"above {_short_pct(OVERHEAD_WARN)}"
+    )
 
 
 @dataclass
@@ -231,6 +325,10 @@ class BenchResult:
     min_observations: int | None = None  # the observations wanted per process
     warnings: list[str] = field(default_factory=list)
     peak_rss: float | None = None  # bytes
+    # Instrumentation cost (voirfile benchmarks only; None for built-in ones): the largest
+    # fraction of a step over the successful files, and that file's seconds per step.
+    overhead: float | None = None
+    overhead_per_step_s: float | None = None
 
     @property
     def perf(self) -> float:
@@ -332,6 +430,12 @@ def aggregate_benchmark(br: BenchResult) -> BenchResult:
         br.score = 0.0
     _accelerator_stats(br, ok, per_gpu)
     _measurement_quality(br, ok, per_gpu)
+    _instrumentation_overhead(br, ok)
+    several = len(active) > 1
+    for fr in active:
+        if fr.group_key not in groups_with_rates:
+            prefix = f"{fr.tag}: " if several else ""
+            br.warnings.extend(prefix + text for text in unmeasured_warnings(fr))
     br.reason = missing_reason(br)
     return br
 
@@ -407,6 +511,18 @@ def _measurement_quality(br: BenchResult, ok: list[FileResult], per_gpu: bool) -
     half = combine_halfwidths(list(groups.values()))
     br.ci_low, br.ci_high = centre - half, centre + half
     br.halfwidth = half / abs(centre) if centre else None
+
+
+def _instrumentation_overhead(br: BenchResult, ok: list[FileResult]) -> None:
+    """The largest overhead of the successful files, and a warning above `OVERHEAD_WARN`."""
+    found = [(fr, o) for fr in ok if (o := file_overhead(fr)) is not None]
+    if not found:
+        return
+    fr, worst = max(found, key=lambda pair: pair[1].fraction)
+    br.overhead, br.overhead_per_step_s = worst.fraction, worst.per_step_s
+    text = overhead_warning(worst)
+    if text:
+        br.warnings.append((f"{fr.tag}: " if len(ok) > 1 else "") + text)
 
 
 def missing_reason(br: BenchResult) -> str | None:

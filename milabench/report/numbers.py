@@ -65,3 +65,16 @@ def fmt_seconds(x: float | None) -> str:
     """Seconds with 3 significant digits and an ``s``: ``6.12 s``."""
     text = fmt_sig(x)
     return text if text == MISSING else f"{text} s"
+
+
+def fmt_duration(x: float | None) -> str:
+    """Seconds in the unit that reads best, 3 significant digits: ``6.12 s``, ``520 ms``,
+    ``12.0 µs``, ``850 ns`` (a step of 0.0000120 s is hard to read in seconds)."""
+    text = fmt_sig(x)
+    if text == MISSING or text in ("inf", "-inf") or float(x) == 0:
+        return fmt_seconds(x)
+    value = float(f"{float(x):.3g}")  # the unit follows the rounded value (999.6 µs: 1.00 ms)
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(value) >= scale:
+            return f"{fmt_sig(value / scale)} {unit}"
+    return f"{fmt_sig(value / 1e-9)} ns"

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from html import escape
 
+from milabench.report.aggregate import fmt_overhead
 from milabench.report.build import Report
 from milabench.report.numbers import fmt_pct, fmt_sig
 from milabench.report.render_tables import (
-    COLUMNS,
     _table_cells,
     breakdown_rows,
     fmt_halfwidth,
+    has_overhead,
     system_value,
+    table_columns,
     verdict_line,
     warning_lines,
 )
@@ -104,9 +106,10 @@ def render_html(report: Report) -> str:
             f"<tr><th>{key}</th><td>{escape(system_value(key, report.system.get(key)))}</td></tr>"
         )
     h += ["</table>", '<h2>Breakdown</h2><table class="breakdown"><tr>']
-    h += [f"<th>{escape(c)}</th>" for c in COLUMNS] + ["<th>reason</th></tr>"]
+    extra = has_overhead(rows)
+    h += [f"<th>{escape(c)}</th>" for c in table_columns(rows)] + ["<th>reason</th></tr>"]
     for r in rows:
-        cells = _table_cells(r)
+        cells = _table_cells(r, extra)
         h.append(
             "<tr>"
             + f"<td>{escape(cells[0])}</td>"
@@ -148,8 +151,9 @@ def render_html(report: Report) -> str:
         h.append(
             f'<h3 id="bench-{escape(br.name)}">{escape(br.name)}</h3>'
             f"<p>perf {fmt_sig(br.perf)} {escape(units)} (95% interval "
-            f"{escape(fmt_halfwidth(br.halfwidth))}, {br.observations:,} observations), "
-            f"score {fmt_sig(br.score)}"
+            f"{escape(fmt_halfwidth(br.halfwidth))}, {br.observations:,} observations"
+            + (f", overhead {fmt_overhead(br.overhead)}" if br.overhead is not None else "")
+            + f"), score {fmt_sig(br.score)}"
             + (f", reason: {escape(br.reason)}" if br.reason else "")
             + '</p><div class="plots">'
         )

@@ -17,6 +17,7 @@ import json
 import math
 from typing import Any
 
+from milabench.report.aggregate import fmt_overhead
 from milabench.report.build import Report
 from milabench.report.numbers import MISSING, fmt_bytes, fmt_pct, fmt_seconds, fmt_sig
 
@@ -25,6 +26,10 @@ COLUMNS = [
     "sem%", "std%", "peak RSS", "peak acc mem", "score", "weight",
 ]  # fmt: skip
 PERF = COLUMNS.index("perf")
+# Benchmarks measured from outside (voirfile) say what their instrumentation cost; the
+# column (after "measured") is shown only when some row has that figure.
+OVERHEAD_COLUMN = "overhead"
+_OVERHEAD_AT = COLUMNS.index("measured") + 1
 
 
 def _num(x: float | None) -> float | None:
@@ -71,6 +76,9 @@ def breakdown_rows(report: Report) -> list[dict[str, Any]]:
             "samples": len(br.samples),
             "warnings": list(br.warnings),
         }
+        if br.overhead is not None:  # voirfile benchmarks only: no key for the others
+            row["overhead"] = _num(br.overhead)
+            row["overhead_per_step_s"] = _num(br.overhead_per_step_s)
         if s:
             row.update({"min": s.min, "q1": s.q1, "q3": s.q3, "max": s.max})
         if br.reason:
@@ -90,10 +98,25 @@ def _target_cell(row: dict[str, Any]) -> str:
     return MISSING if met is None else ("met" if met else "missed")
 
 
-def _table_cells(row: dict[str, Any]) -> list[str]:
-    """The table's cells of one row: every number through `numbers.fmt_sig` (3 digits)."""
+def has_overhead(rows: list[dict[str, Any]]) -> bool:
+    """Some row carries an instrumentation overhead (then the tables show the column)."""
+    return any(r.get("overhead") is not None for r in rows)
+
+
+def table_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """`COLUMNS`, with `overhead` after `measured` when some row has one."""
+    if not has_overhead(rows):
+        return list(COLUMNS)
+    return [*COLUMNS[:_OVERHEAD_AT], OVERHEAD_COLUMN, *COLUMNS[_OVERHEAD_AT:]]
+
+
+def _table_cells(row: dict[str, Any], overhead: bool = False) -> list[str]:
+    """The table's cells of one row: every number through `numbers.fmt_sig` (3 digits).
+
+    ``overhead``: add the `overhead` cell (`table_columns` says when), ``0.02%/step``.
+    """
     mem = row["peak_memory"]  # MiB
-    return [
+    cells = [
         row["name"],
         str(row["fail"]),
         str(row["n"]),
@@ -111,6 +134,9 @@ def _table_cells(row: dict[str, Any]) -> list[str]:
         fmt_sig(row["score"]),
         fmt_sig(row["weight"]),
     ]
+    if overhead:
+        cells.insert(_OVERHEAD_AT, fmt_overhead(row.get("overhead")))
+    return cells
 
 
 def _layer_lines(report: Report) -> list[str]:
@@ -154,8 +180,9 @@ def render_text(report: Report) -> str:
     for key in ("cpu", "n_cpu", "product", "n_gpu", "memory"):
         lines.append(f"{key + ':':<10}{system_value(key, report.system.get(key))}")
     lines += [""] + _title("Breakdown")
-    cells = [COLUMNS] + [_table_cells(r) for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+    columns, extra = table_columns(rows), has_overhead(rows)
+    cells = [columns] + [_table_cells(r, extra) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
     for c in cells:
         parts = [c[0].ljust(widths[0])] + [
             v.rjust(w) for v, w in zip(c[1:], widths[1:], strict=True)
@@ -207,10 +234,11 @@ def render_markdown(report: Report) -> str:
         f"{sysinfo.get('n_gpu') or 0} x {sysinfo.get('product') or 'no accelerator'}",
         "",
     ]
-    out.append("| " + " | ".join(COLUMNS) + " |")
-    out.append("|" + "|".join([":---"] + ["---:"] * (len(COLUMNS) - 1)) + "|")
+    columns, extra = table_columns(rows), has_overhead(rows)
+    out.append("| " + " | ".join(columns) + " |")
+    out.append("|" + "|".join([":---"] + ["---:"] * (len(columns) - 1)) + "|")
     for r in rows:
-        cells = _table_cells(r)
+        cells = _table_cells(r, extra)
         if r.get("reason"):
             cells[PERF] = f"— ({r['reason']})"
         out.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
@@ -239,6 +267,8 @@ CSV_FIELDS = [
     "target", "target_met", "min_observations", "peak_rss", "peak_memory", "mean_load", "energy",
     "perf_per_watt", "score", "weight", "units", "warnings", "reason",
 ]  # fmt: skip
+# Appended (last) only when some row has an overhead: other reports keep their columns.
+CSV_OVERHEAD_FIELDS = ["overhead", "overhead_per_step_s"]
 
 
 def _csv_value(value: Any) -> Any:
@@ -254,10 +284,12 @@ def _csv_value(value: Any) -> Any:
 
 def render_csv(report: Report) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    rows = breakdown_rows(report)
+    fields = CSV_FIELDS + (CSV_OVERHEAD_FIELDS if has_overhead(rows) else [])
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for row in breakdown_rows(report):
-        writer.writerow({k: _csv_value(row.get(k)) for k in CSV_FIELDS})
+    for row in rows:
+        writer.writerow({k: _csv_value(row.get(k)) for k in fields})
     return buf.getvalue()
 
 

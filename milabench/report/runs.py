@@ -63,6 +63,9 @@ class FileResult:
     # Measurement window (docs/measurement.md section 3): the last record of each kind.
     warmup: dict | None = None
     window: dict | None = None
+    # What the instrumentation itself cost (`overhead` record of benchmarks measured from
+    # outside through a voirfile, written once at the end): the last one, as written.
+    overhead: dict | None = None
     # Memory of the process tree (`process_tree` records of the runner, bytes), and the
     # benchmark's own `process` samples (RSS of the measuring process, bytes): fallback.
     tree_peak_rss: float | None = None
@@ -183,6 +186,8 @@ def _record(fr: FileResult, rec: dict) -> None:
         fr.warmup = rec["warmup"]
     if isinstance(rec.get("window"), dict):
         fr.window = rec["window"]
+    if isinstance(rec.get("overhead"), dict):
+        fr.overhead = rec["overhead"]
     tree = rec.get("process_tree")
     if isinstance(tree, dict):
         for key in ("peak_rss", "rss"):

@@ -15,6 +15,13 @@ from pathlib import Path
 _PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 _HEADER = "Traceback (most recent call last):"
 _PIP_ERROR = re.compile(r"^(ERROR: .+|error: .+|\s*×\s.+|Because .+ we can conclude .+)$")
+# argparse's ``parser.error``: ``<prog>: error: <message>`` (after a ``usage:`` block)
+_ARGPARSE_ERROR = re.compile(r"^[^\s:][^:]*: error: \S.*$")
+_USAGE = re.compile(r"^usage: ", re.I)
+_ERROR_WORD = re.compile(r"\berror:", re.I)
+# an exit that only says the script exited (voir logs ``SystemExit: 2`` as an error)
+_BARE_EXIT = re.compile(r"^\s*(-?\d+)?\s*$")
+_BARE_EXIT_LINE = re.compile(r"^SystemExit(:\s*-?\d*)?\s*$")
 EXCERPT_LINES = 8
 
 
@@ -69,6 +76,44 @@ def extract_pip_errors(lines: list[str]) -> Failure | None:
     return Failure(hits[0].strip(" ×"), hits[:EXCERPT_LINES])
 
 
+def extract_argparse_error(lines: list[str]) -> Failure | None:
+    """The last ``<prog>: error: <message>`` line of argparse (its usage lines as excerpt).
+
+    A script given a bad option exits with code 2 and no traceback; this line, not the
+    exit code, is what the user needs to read.
+    """
+    lines = _clean(lines)
+    hits = [i for i, ln in enumerate(lines) if _ARGPARSE_ERROR.match(ln.rstrip())]
+    if not hits:
+        return None
+    end = hits[-1]
+    start = end
+    for i in range(end - 1, max(-1, end - EXCERPT_LINES), -1):
+        if _USAGE.match(lines[i]):
+            start = i
+            break
+    excerpt = [ln.rstrip() for ln in lines[start : end + 1]]
+    if len(excerpt) > EXCERPT_LINES:
+        excerpt = [excerpt[0], "  ...", *excerpt[-(EXCERPT_LINES - 2) :]]
+    return Failure(lines[end].strip(), excerpt)
+
+
+def extract_error_line(lines: list[str]) -> Failure | None:
+    """The last line containing ``error:`` (any case), with the lines just before it."""
+    lines = _clean(lines)
+    hits = [i for i, ln in enumerate(lines) if _ERROR_WORD.search(ln)]
+    if not hits:
+        return None
+    end = hits[-1]
+    context = [ln.rstrip() for ln in lines[max(0, end - 4) : end + 1] if ln.strip()]
+    return Failure(lines[end].strip(), context)
+
+
+def _is_bare_exit(err: dict) -> bool:
+    """``{"type": "SystemExit", "message": "2"}``: the exit, not its cause."""
+    return err.get("type") == "SystemExit" and bool(_BARE_EXIT.match(str(err.get("message") or "")))
+
+
 def read_lines(path: Path, limit: int = 20000) -> list[str]:
     """The last `limit` lines of a text file ([] when absent)."""
     try:
@@ -80,13 +125,29 @@ def read_lines(path: Path, limit: int = 20000) -> list[str]:
 
 
 def explain(stderr: list[str], stdout: list[str], errors: list[dict], fallback: str) -> Failure:
-    """Best cause for a failed process, from its streams and `error` events."""
-    found = extract_traceback(stderr) or extract_traceback(stdout)
-    if found:
-        return found
+    """Best cause for a failed process, from its streams and `error` events.
+
+    In order: the last Python traceback, pip/uv errors, the last `error` event, argparse's
+    ``<prog>: error: <message>`` on stderr, the fallback. A bare exit status (a
+    ``SystemExit: 2`` event, which voir logs when the script calls ``parser.error``, or
+    traceback) is no cause: the argparse line, else the last stderr line containing
+    ``error:``, is shown instead when there is one.
+    """
+    traceback = extract_traceback(stderr) or extract_traceback(stdout)
+    if traceback and not _BARE_EXIT_LINE.match(traceback.line):
+        return traceback
     found = extract_pip_errors(stderr) or extract_pip_errors(stdout)
     if found:
         return found
+    bare_exit = traceback is not None or bool(errors and _is_bare_exit(errors[-1]))
+    if not errors or bare_exit:
+        found = extract_argparse_error(stderr) or (
+            extract_error_line(stderr) if bare_exit else None
+        )
+        if found:
+            return found
+    if traceback:
+        return traceback
     if errors:
         err = errors[-1]
         line = ": ".join(str(err[k]) for k in ("type", "message") if err.get(k)) or fallback

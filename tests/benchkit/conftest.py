@@ -56,3 +56,25 @@ def clean_env(monkeypatch):
     import benchkit.options
 
     monkeypatch.setattr(benchkit.options, "_cached", None)
+
+
+def run_voir_process(argv: list[str], env: dict[str, str], cwd) -> tuple[int, str, str, list[dict]]:
+    """``python -m voir ARGV`` with a real data pipe announced by ``DATA_FD`` (as the
+    orchestrator gives it): exit code, stdout, stderr, and the records (every line whole,
+    valid JSON)."""
+    import subprocess
+    import sys
+
+    pipe = PipeReader()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "voir", *argv],
+        pass_fds=[pipe.write_fd],
+        env=dict(env, DATA_FD=str(pipe.write_fd)),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    pipe.close_writer()
+    out, err = proc.communicate(timeout=120)
+    records = [json.loads(line) for line in pipe.text().splitlines()]
+    return proc.returncode, out.decode(), err.decode(), records

@@ -2,11 +2,11 @@
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from .conftest import run_voir_process
 
 _MAIN = textwrap.dedent(
     """
@@ -58,26 +58,9 @@ COUNTS = {
 
 
 def run_voir(folder, *args, env_extra=None):
-    read_fd, write_fd = os.pipe()
-    env = dict(os.environ, DATA_FD=str(write_fd), **COUNTS)
+    env = dict(os.environ, **COUNTS)
     env.update(env_extra or {})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "voir", *args],
-        pass_fds=[write_fd],
-        env=env,
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    os.close(write_fd)
-    chunks = []
-    while chunk := os.read(read_fd, 65536):
-        chunks.append(chunk)
-    os.close(read_fd)
-    out, err = proc.communicate(timeout=120)
-    lines = b"".join(chunks).decode().splitlines()
-    records = [json.loads(line) for line in lines]  # every line is whole, valid JSON
-    return proc.returncode, out.decode(), err.decode(), records
+    return run_voir_process(list(args), env, folder)
 
 
 @pytest.fixture

@@ -149,10 +149,26 @@ def test_cpu_suite_allocator_settings_stop_page_faults():
     assert not any("MALLOC_MMAP_MAX_" in (e.get("env") or {}) for e in standard.values())
 
 
+def _scripts_named_in_suites() -> dict[str, set[str]]:
+    """folder name -> the ``script:`` values entries of the shipped suites give it."""
+    import yaml
+
+    out: dict[str, set[str]] = {}
+    for suite in CONFIG.glob("*.yaml"):
+        for entry in (yaml.safe_load(suite.read_text()) or {}).values():
+            if isinstance(entry, dict) and entry.get("script") and entry.get("definition"):
+                folder = (suite.parent / entry["definition"]).resolve().name
+                out.setdefault(folder, set()).add(entry["script"])
+    return out
+
+
 @pytest.mark.parametrize("folder", sorted(p.name for p in BENCHMARKS.iterdir() if p.is_dir()))
 def test_folder_contract(folder):
     path = BENCHMARKS / folder
-    for name in ("main.py", "requirements.in", "requirements.cpu.txt", "requirements.cuda.txt"):
+    # the script is main.py, or the file every suite entry of the folder names (`script:`)
+    scripts = _scripts_named_in_suites().get(folder) or {"main.py"}
+    for name in (*sorted(scripts), "requirements.in", "requirements.cpu.txt",
+                 "requirements.cuda.txt"):  # fmt: skip
         assert (path / name).is_file(), f"{folder}/{name}"
     cpu = (path / "requirements.cpu.txt").read_text()
     cuda = (path / "requirements.cuda.txt").read_text()

@@ -63,9 +63,9 @@ def test_wrong_selectors_fail_naming_the_selector(tmp_path: Path):
     out = proc.stdout
     assert proc.returncode == 1, out[-3000:] + proc.stderr[-2000:]
     assert re.search(r"^Verdict: +FAIL \(exit code 1\)$", out, re.M)
-    # a variable that does not exist: voir's error names it, benchkit names the selector
+    # a variable that does not exist: named before the script runs (not run unmeasured)
     assert "Cannot find a variable named `loadr`" in out
-    assert "probe `//main > loadr` never fired" in out
+    assert "probe `//main > loadr` cannot be installed" in out
     # a function the script never calls: nothing raises, the probe is named
     assert "never-called: error event in never-called.D0: ProbeNeverFired: probe " in out
     assert "probe `//evaluate > loss` never fired" in out
