@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -124,6 +125,20 @@ class StepTimer(TimedIterator):
             self._stop_monitor()
             return
         super().close()
+
+
+# A bare variable name (a step's own value), as opposed to a selector or a line.
+NAME = re.compile(r"^[A-Za-z_]\w*$")
+
+
+def step_kind(step: str) -> str:
+    """``probe`` (a ptera selector: ``//train > loss``), ``line`` (``script.py:42``), or
+    ``call`` (``train()``, ``torch.optim.SGD.step``)."""
+    if parse_line(step, "x.py") is not None:
+        return "line"
+    if ">" in step:
+        return "probe"
+    return "call"
 
 
 # -- sizes ------------------------------------------------------------------------------
