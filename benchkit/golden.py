@@ -165,7 +165,9 @@ def check(
         upstream = torch.randn(ref.shape, generator=gen, dtype=torch.float64).to(torch_dtype)
         out.backward(upstream.to(device))
         ref.backward(upstream.to(torch.float64))
-        pairs += [(d.grad, r.grad) for d, r in zip(dev_in, ref_in, strict=True) if r.grad is not None]
+        pairs += [
+            (d.grad, r.grad) for d, r in zip(dev_in, ref_in, strict=True) if r.grad is not None
+        ]
     error = 0.0
     for o, r in pairs:
         o = o.detach().to("cpu", torch.float64)
@@ -224,14 +226,26 @@ def describe(payload: dict) -> str:
     """One line for the benchmark's output: ``golden matmul fp32: ok (max relative ...)``."""
     verdict = "ok" if payload["passed"] else "FAILED"
     cmp = "<=" if payload["passed"] else ">"
+    tol = payload["tolerance"]
     return (
         f"golden {payload['name']} {payload['dtype']}: {verdict} (max relative error "
-        f"{payload['max_rel_error']:.1e} {cmp} tolerance {fmt_tolerance(payload['tolerance'])}"
+        f"{fmt_error(payload['max_rel_error'], tol)} {cmp} tolerance {fmt_tolerance(tol)}"
         f", reference {payload.get('reference', REFERENCE)})"
     )
 
 
-def fmt_tolerance(tol: float) -> str:
-    """``1e-05``, ``5e-03``; two digits when one would change the value."""
+def fmt_error(error: float, tol: float | None = None) -> str:
+    """``3.1e-02``; more digits when rounding would make a failure read as the tolerance
+    (``5.040e-02``, not ``5.0e-02 > tolerance 5e-02``)."""
+    text = f"{error:.1e}"
+    if tol is not None and math.isfinite(error) and error > tol and float(text) <= tol:
+        text = f"{error:.3e}"
+    return text
+
+
+def fmt_tolerance(tol: float | None) -> str:
+    """``1e-05``, ``5e-03``; two digits when one would change the value; ``?`` if unknown."""
+    if tol is None:
+        return "?"
     short = f"{tol:.0e}"
     return short if float(short) == tol else f"{tol:.1e}"

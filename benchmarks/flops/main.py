@@ -6,6 +6,13 @@ first number to look at when a training benchmark looks slow. Each timed step ru
 size" is the work it did in tera floating-point operations (``2*m*n*k*repeat / 1e12``),
 so the rate that `benchkit.timing.TimedIterator` reports is directly TFLOPS.
 
+Before timing, a golden check (`benchkit.golden`) runs the same ``torch.matmul`` once on
+fixed 256 x 256 inputs in the bench's dtype and precision settings and compares it with
+float64 on the CPU: one ``golden`` record, which fails the report's ``golden`` layer when
+the error is above the dtype's tolerance (a device that is fast but wrong). ``--golden
+off`` skips it; ``--golden-perturb EPS`` (a test flag, not in ``--help``) scales the
+device output by ``1 + EPS`` before the comparison, so that a test can make it fail.
+
 Runs by hand too: ``python main.py --dtype bf16``.
 """
 
@@ -19,6 +26,7 @@ import time
 
 import torch
 
+from benchkit import golden
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, setup
 
@@ -41,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--repeat", type=int, default=None, help="matmuls per timed step (default: ~50 ms of work)"
     )
     parser.add_argument("--step-ms", type=float, default=50.0, help="target step time for --repeat")
+    golden.add_arguments(parser)
     add_common_arguments(parser, precisions=None, seed=False)  # --dtype is the precision
     return parser.parse_args(argv)
 
@@ -87,6 +96,10 @@ def main(argv: list[str] | None = None) -> None:
     on_cpu = device.type == "cpu"
     size = args.size or (1024 if on_cpu else 8192)
     dtype = DTYPES[args.dtype]
+    if args.golden == "on":  # the timed op, same dtype and TF32 settings, vs float64 on cpu
+        check = golden.check_matmul(device, args.dtype, dtype, perturb=args.golden_perturb)
+        golden.write(check)
+        print(golden.describe(check), flush=True)
 
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)

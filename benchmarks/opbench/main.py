@@ -25,6 +25,13 @@ How it measures:
    ``<op>.<variant>.<shape>.<dtype>.<mode>``, ``rate`` in calls/s, ``latency_ms`` with
    p50/p90/p99 and the mean, and ``elements/s`` of the input.
 
+Before calibrating, a golden check (`benchkit.golden`, `golden_checks`) runs each timed
+variant x dtype x mode once on a small fixed input and compares it (output, and input
+gradients in ``fwdbwd``) with float64 on the CPU: one ``golden`` record each, which fail
+the report's ``golden`` layer when out of tolerance. ``--golden off`` skips them;
+``--golden-perturb EPS`` (a test flag, not in ``--help``) scales the device results by
+``1 + EPS`` before the comparison, so that a test can make the check fail.
+
 Runs by hand too: ``python main.py --op softmax``.
 """
 
@@ -40,6 +47,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from benchkit import golden
 from benchkit.channel import default_writer
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, setup
@@ -103,41 +111,52 @@ def _leaf(shape: tuple, dtype: torch.dtype, device: torch.device, grad: bool) ->
     return torch.randn(*shape, device=device).to(dtype).requires_grad_(grad)
 
 
-def _forward(op: str, variant: str, shape: tuple, dtype, device, grad: bool):
-    """(callable computing the output, main input) for one operator and shape."""
+def operator(op: str, variant: str, shape: tuple) -> tuple[Callable, list[tuple], int]:
+    """(function of the inputs, the inputs, index of the main input) of one operator.
+
+    An input is a float tensor shape, or ``("index", high, n)`` for ``n`` indices below
+    ``high``. The timed cases (`_forward`) and the golden check (`golden_checks`) call
+    the same function, so the check judges exactly the operator that is timed.
+    """
     if op == "matmul":
         m, k, n = shape
-        a, b = _leaf((m, k), dtype, device, grad), _leaf((k, n), dtype, device, grad)
-        return (lambda: a @ b), a
+        return (lambda a, b: a @ b), [(m, k), (k, n)], 0
     if op == "conv2d":
         batch, cin, size, cout = shape
-        x = _leaf((batch, cin, size, size), dtype, device, grad)
-        w = _leaf((cout, cin, 3, 3), dtype, device, grad)
-        return (lambda: F.conv2d(x, w, padding=1)), x
+        return (
+            (lambda x, w: F.conv2d(x, w, padding=1)),
+            [(batch, cin, size, size), (cout, cin, 3, 3)],
+            0,
+        )
     if op == "softmax":
-        x = _leaf(shape, dtype, device, grad)
-        return (lambda: torch.softmax(x, dim=-1)), x
+        return (lambda x: torch.softmax(x, dim=-1)), [shape], 0
     if op == "layernorm":
-        x = _leaf(shape, dtype, device, grad)
-        w = _leaf(shape[-1:], dtype, device, grad)
-        b = _leaf(shape[-1:], dtype, device, grad)
-        return (lambda: F.layer_norm(x, shape[-1:], w, b)), x
+        norm = shape[-1:]
+        return (lambda x, w, b: F.layer_norm(x, norm, w, b)), [shape, norm, norm], 0
     if op == "embedding":
         vocab, dim, n = shape
-        table = _leaf((vocab, dim), dtype, device, grad)
-        idx = torch.randint(0, vocab, (n,), device=device)
-        return (lambda: F.embedding(idx, table)), idx
+        return (lambda table, idx: F.embedding(idx, table)), [(vocab, dim), ("index", vocab, n)], 1
     if op == "reduce":
-        x = _leaf(shape, dtype, device, grad)
         if variant == "amax":
-            return (lambda: x.amax(dim=-1)), x
-        return (lambda: x.sum(dim=-1)), x
+            return (lambda x: x.amax(dim=-1)), [shape], 0
+        return (lambda x: x.sum(dim=-1)), [shape], 0
     if op == "elementwise":
-        x, y = _leaf(shape, dtype, device, grad), _leaf(shape, dtype, device, grad)
         if variant == "gelu":
-            return (lambda: F.gelu(x)), x
-        return (lambda: x * y + x), x
+            return (lambda x, y: F.gelu(x)), [shape, shape], 0
+        return (lambda x, y: x * y + x), [shape, shape], 0
     raise ValueError(f"unknown operator {op!r}")
+
+
+def _forward(op: str, variant: str, shape: tuple, dtype, device, grad: bool):
+    """(callable computing the output, main input) for one operator and shape."""
+    fn, specs, main = operator(op, variant, shape)
+    inputs = [
+        torch.randint(0, spec[1], (spec[2],), device=device)
+        if spec[0] == "index"
+        else _leaf(spec, dtype, device, grad)
+        for spec in specs
+    ]
+    return (lambda: fn(*inputs)), inputs[main]
 
 
 VARIANTS = {"reduce": ("sum", "amax"), "elementwise": ("muladd", "gelu")}
@@ -172,6 +191,44 @@ def build_cases(
         )
         cases.append(Case(name, fn, main_input.numel()))
     return cases
+
+
+def golden_checks(
+    op: str, dtypes: list[str], modes: list[str], device, perturb: float = 0.0
+) -> list[dict]:
+    """One `benchkit.golden` check per variant, dtype and mode the run times.
+
+    Each runs the timed operator once on its ``small`` CPU shape (fixed inputs, whatever
+    the device) in the case's dtype, and compares with float64 on the CPU: the output in
+    ``fwd``, the output and every input's gradient in ``fwdbwd`` (for a fixed random
+    upstream gradient). Small shapes keep the whole family under ~0.1 s.
+    """
+    results = []
+    for variant, dtype_name, mode in itertools.product(VARIANTS.get(op, (op,)), dtypes, modes):
+        if op == "embedding" and mode == "fwdbwd" and dtype_name == "fp16" and device.type == "cpu":
+            continue  # no CPU fp16 embedding backward kernel (not timed either)
+        fn, specs, _main = operator(op, variant, SHAPES[op]["small"][0])
+        gen = torch.Generator().manual_seed(golden.SEED)
+        inputs = [
+            torch.randint(0, spec[1], (spec[2],), generator=gen)
+            if spec[0] == "index"
+            else golden.randn(*spec, seed=golden.SEED + i)
+            for i, spec in enumerate(specs)
+        ]
+        name = ".".join([op] + ([variant] if variant != op else []) + [mode])
+        results.append(
+            golden.check(
+                name,
+                dtype_name,
+                fn,
+                inputs,
+                device=device,
+                torch_dtype=DTYPES[dtype_name],
+                backward=mode == "fwdbwd",
+                perturb=perturb,
+            )
+        )
+    return results
 
 
 class CallTimer:
@@ -325,6 +382,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="time per round, shared by the cases (wins over --case-ms): every operator "
         "family then has rounds of the same length whatever its number of cases",
     )
+    golden.add_arguments(parser)
     add_common_arguments(parser, precisions=None)  # --dtypes: one case per dtype
     return parser.parse_args(argv)
 
@@ -333,7 +391,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     device = setup(args).device
     dtypes = (args.dtypes or ("fp32,bf16" if device.type == "cpu" else "fp32,fp16,bf16")).split(",")
-    cases = build_cases(args.op, args.shapes.split(","), dtypes, args.modes.split(","), device)
+    modes = args.modes.split(",")
+    writer = default_writer()
+    if args.golden == "on":  # the timed operators vs float64 on cpu (`golden_checks`)
+        checks = golden_checks(args.op, dtypes, modes, device, args.golden_perturb)
+        for payload in checks:
+            writer.write(golden.record(payload))
+            if not payload["passed"]:
+                print(golden.describe(payload), flush=True)
+        writer.flush()
+        failed = sum(not c["passed"] for c in checks)
+        print(f"golden: {len(checks)} checks, {failed} out of tolerance", flush=True)
+    cases = build_cases(args.op, args.shapes.split(","), dtypes, modes, device)
     case_ms = args.case_ms if args.round_ms is None else args.round_ms / len(cases)
     calibrate(cases, case_ms / 1000.0, device)
     calls_per_round = sum(c.repeat for c in cases)
@@ -359,7 +428,6 @@ def main(argv: list[str] | None = None) -> None:
         timer.collect()
         work.finish(cases, marks, time.perf_counter() - start)
 
-    writer = default_writer()
     for case in cases:
         if case.samples:
             writer.write(case_record(case))

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("milabench.cli.run", "run the selected benchmarks and print the report"),
     "report": ("milabench.cli.report", "print or write the report of run folders"),
     "compare": ("milabench.cli.compare", "compare runs, or a run against a baseline"),
+    "list": ("milabench.cli.listing", "list the suite's entries (group, tags, weight, skips)"),
     "dev": ("milabench.cli.dev", "open a shell (or run a command) in a benchmark's environment"),
     "pin": ("milabench.cli.pin", "compile pinned requirements per install group"),
     "resolve": ("milabench.cli.resolve", "print the resolved suite entries"),
@@ -33,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("milabench.cli.preflight", "check every node before a multi-node run"),
     "slurm": ("milabench.cli.slurm", "Slurm helpers (`slurm system` writes a system file)"),
     "store": ("milabench.cli.store", "import runs into the results store and query history"),
+    "completion": ("milabench.cli.completion", "print a bash or zsh completion script"),
+    "history": ("milabench.cli.history", "build the history site and report change points"),
 }
 
 

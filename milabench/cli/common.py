@@ -111,6 +111,12 @@ def add_validations_option(parser: argparse.ArgumentParser, help: str) -> None:
     add_option(parser, "validations", action="append", default=[], metavar="A,B|all", help=help)
 
 
+def given_config(args: argparse.Namespace) -> Path | None:
+    """--config, else MILABENCH_CONFIG, else None (`report`/`compare` need no suite)."""
+    value = getattr(args, "config", None) or os.environ.get("MILABENCH_CONFIG")
+    return Path(value) if value else None
+
+
 def config_path(args: argparse.Namespace) -> Path:
     value = getattr(args, "config", None) or os.environ.get("MILABENCH_CONFIG")
     return Path(value) if value else DEFAULT_CONFIG
@@ -139,3 +145,150 @@ def load_suite_from_args(args: argparse.Namespace):
         overrides=list(getattr(args, "override", None) or []),
         use_current_env=bool(getattr(args, "use_current_env", False)),
     )
+
+
+# -- finding run folders ---------------------------------------------------------------
+# `report` and `compare` without run arguments, or given a folder holding runs (the base,
+# or `<base>/runs`), use the latest run of benchmarks there and say which on stderr.
+# `runs/install.<time>/` and `runs/prepare.<time>/` hold logs of those commands: never picked.
+LOG_FOLDER_PHASES = ("install", "prepare")
+
+
+def has_run_data(folder: Path) -> bool:
+    """A run folder: `.data` files, or the report a run that measured nothing still wrote."""
+    return any(folder.glob("*.data")) or (folder / "report.json").is_file()
+
+
+def _is_log_folder(folder: Path) -> bool:
+    return folder.name.split(".", 1)[0] in LOG_FOLDER_PHASES
+
+
+def _start_event_time(path: Path) -> float | None:
+    """The `start` event's time, within the first lines of a `.data` file."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for _, line in zip(range(20), f, strict=False):
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(ev, dict) and ev.get("event") == "start":
+                    data = ev.get("data")
+                    t = data.get("time") if isinstance(data, dict) else None
+                    return float(t) if isinstance(t, int | float) else None
+    except OSError:
+        return None
+    return None
+
+
+def run_start_time(folder: Path) -> float:
+    """When a run began: its first `start` event, else its oldest file, else the folder."""
+    files = list(folder.glob("*.data"))
+    starts = [t for t in (_start_event_time(p) for p in files) if t is not None]
+    if starts:
+        return min(starts)
+    try:
+        return min([p.stat().st_mtime for p in files] or [folder.stat().st_mtime])
+    except OSError:
+        return 0.0
+
+
+def benchmark_runs(parent: Path) -> list[Path]:
+    """The runs of benchmarks directly under `parent`, oldest first."""
+    try:
+        folders = [p for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return []
+    runs = [p for p in folders if not _is_log_folder(p) and has_run_data(p)]
+    return sorted(runs, key=lambda p: (run_start_time(p), p.name))
+
+
+def _others(runs: list[Path]) -> str:
+    """`a, b, c` (newest first), at most five names."""
+    names = [p.name for p in reversed(runs)]
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return ", ".join(names[:5]) + more
+
+
+def _no_run(where: Path) -> str:
+    logs = []
+    if where.is_dir():
+        logs = sorted(p.name for p in where.iterdir() if p.is_dir() and _is_log_folder(p))
+    if logs:
+        return (
+            f"no run of benchmarks under {where} (only install/prepare logs: "
+            f"{', '.join(logs[-3:])}; give one with --runs to report on it)"
+        )
+    return f"no run under {where} (start one with `milabench run`, or give a run folder)"
+
+
+def latest_runs(args: argparse.Namespace, count: int, command: str) -> list[Path]:
+    """The `count` latest runs under `<base>/runs` (oldest first), said on stderr."""
+    import sys
+
+    from milabench.errors import UsageError
+
+    where = base_path(args) / "runs"
+    runs = benchmark_runs(where)
+    if not runs:
+        raise UsageError(_no_run(where))
+    if len(runs) < count:
+        raise UsageError(
+            f"{command}: only one run under {where} ({runs[0].name}); give two run folders"
+        )
+    chosen = runs[-count:]
+    if count == 1:
+        print(f"milabench: {command} of {chosen[0]} (latest run under {where})", file=sys.stderr)
+    else:
+        print(
+            f"milabench: {command} {chosen[0]} (A) with {chosen[1]} (B): "
+            f"the two latest runs under {where}",
+            file=sys.stderr,
+        )
+    return chosen
+
+
+def expand_run_folder(
+    path: Path, command: str, count: int = 1, *, phrase: str | None = None
+) -> list[Path]:
+    """A run folder as given; a folder holding runs (`<base>/runs`, or the base): its
+    latest `count` runs, said on stderr with the others it did not use. A folder with no
+    run data at all is a usage error (exit 2), never an empty report."""
+    import sys
+
+    from milabench.errors import UsageError
+
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such run folder")
+    if has_run_data(path):
+        return [path]
+    where, runs = path, benchmark_runs(path)
+    if not runs and (path / "runs").is_dir():
+        where, runs = path / "runs", benchmark_runs(path / "runs")
+    if not runs:
+        if not any(path.iterdir()):
+            return [path]  # an empty run folder: its report says that nothing was measured
+        if where != path or _has_log_folders(path):
+            raise UsageError(_no_run(where))
+        raise UsageError(f"{path}: no run data (no .data file in it, and no run folder under it)")
+    if len(runs) < count:
+        raise UsageError(f"{command}: only one run under {where} ({runs[0].name})")
+    chosen, rest = runs[-count:], runs[:-count]
+    also = f"; also there: {_others(rest)}; pass one of them to choose" if rest else ""
+    if count == 1:
+        what = f"latest run under {where}"
+        phrase = phrase or f"{command} of"
+        print(f"milabench: {phrase} {chosen[0]} ({what}{also})", file=sys.stderr)
+    else:
+        print(
+            f"milabench: {command} {chosen[0]} (A) with {chosen[1]} (B): "
+            f"the two latest runs under {where}{also}",
+            file=sys.stderr,
+        )
+    return chosen
+
+
+def _has_log_folders(path: Path) -> bool:
+    return any(p.is_dir() and _is_log_folder(p) for p in path.iterdir())

@@ -1,9 +1,14 @@
 """`milabench report`: statistics, score and validation verdicts of run folders.
 
-    milabench report --runs DIR [DIR...] [--format text|markdown|csv|json|html]
+    milabench report [--runs DIR [DIR...]] [--format text|markdown|csv|json|html]
                      [--output FILE] [--config SUITE] [--validations a,b|all]
 
-With `--config`, the suite's entries give the weights (benchmarks that did not run count
+Without `--runs`: the latest run under `<base>/runs` (--base, else MILABENCH_BASE, else
+./results). A `--runs` folder that holds runs (`<base>/runs`, or the base) gives its
+latest run; either way the run picked is named on stderr. A folder with no run data is a
+one-line error (exit 2).
+
+With `--config` (or MILABENCH_CONFIG), the suite's entries give the weights (benchmarks that did not run count
 in the score with their reason). The exit code is 0 exactly when the printed verdict is
 PASS (`milabench.report.outcome.run_verdict`: something was measured, the failure rate is
 at most 1%, every enabled validation layer passed); a FAIL prints each reason.
@@ -26,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="extend",
         default=[],
         metavar="DIR",
-        help="run folders (runs/<name>) to report on",
+        help="run folders (runs/<name>) to report on; a folder of runs gives its latest "
+        "(default: the latest run under <base>/runs)",
     )
     add_option(
         parser,
@@ -49,27 +55,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def suite_entries(args: argparse.Namespace) -> dict | None:
-    """Entries of the suite named by --config (None when no suite was given): all of them,
-    or the ones `--select`/`--exclude` keep, so that a report of a selected run scores
-    what `milabench run --select` scored (unselected entries are not "not run")."""
-    if not getattr(args, "config", None):
-        return None
-    from milabench.cli.common import load_suite_from_args
+    """Entries of the suite named by --config or MILABENCH_CONFIG (None when no suite was
+    given): all of them, or the ones `--select`/`--exclude` keep, so that a report of a
+    selected run scores what `milabench run --select` scored (unselected entries are not
+    "not run")."""
+    from milabench.cli.common import given_config, load_suite_from_args
 
+    if given_config(args) is None:
+        return None
     suite = load_suite_from_args(args)
     if getattr(args, "select", None) or getattr(args, "exclude", None):
         return suite.entries
     return suite.all_entries
 
 
-def run(args: argparse.Namespace) -> int:
-    from milabench.errors import UsageError
-    from milabench.report import build_report, render
+def run_folders(args: argparse.Namespace) -> list[Path]:
+    """The run folders to report on: --runs (a folder of runs gives its latest), else the
+    latest run under the base."""
+    from milabench.cli.common import expand_run_folder, latest_runs
 
     if not args.runs:
-        raise UsageError("milabench report: give at least one run folder with --runs DIR")
+        return latest_runs(args, 1, "report")
+    return [d for p in args.runs for d in expand_run_folder(Path(p), "report")]
+
+
+def run(args: argparse.Namespace) -> int:
+    from milabench.report import build_report, render
+
     report = build_report(
-        [Path(p) for p in args.runs], entries=suite_entries(args), validations=args.validations
+        run_folders(args), entries=suite_entries(args), validations=args.validations
     )
     text = render(report, args.format)
     if args.output:

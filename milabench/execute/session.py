@@ -226,6 +226,22 @@ def fallback_verdict(results: list[BenchmarkResult]) -> tuple[str, int, str | No
     return "FAIL", 1, None
 
 
+REPORT_FILES = {"report.json": "json", "report.md": "markdown"}
+
+
+def write_report_files(report, run_dir: Path, render) -> None:
+    """`report.json` and `report.md` in the run folder (what `milabench report --format
+    json/markdown` prints for it). Not writing them is a one-line warning, nothing more:
+    the run's outcome and exit code stay what the report says."""
+    for name, fmt in REPORT_FILES.items():
+        try:
+            (Path(run_dir) / name).write_text(render(report, fmt), encoding="utf-8")
+        except Exception as err:  # a convenience copy never fails the run
+            why = err.strerror if isinstance(err, OSError) and err.strerror else err
+            print(f"milabench: warning: could not write {Path(run_dir) / name}: {why}",
+                  file=sys.stderr)  # fmt: skip
+
+
 def print_report(
     suite, run_dir: Path, results: list[BenchmarkResult], validations: list[str], out: IO[str]
 ) -> int:
@@ -241,6 +257,7 @@ def print_report(
     if build_report is not None:
         report = build_report([run_dir], entries=suite.entries, validations=validations or None)
         out.write(render(report, "text").rstrip("\n") + "\n")
+        write_report_files(report, run_dir, render)
         return report.exit_code
     for line in summary_lines(results):
         out.write(line + "\n")

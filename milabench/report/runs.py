@@ -66,6 +66,9 @@ class FileResult:
     # What the instrumentation itself cost (`overhead` record of benchmarks measured from
     # outside through a voirfile, written once at the end): the last one, as written.
     overhead: dict | None = None
+    # Golden checks (`benchkit.golden`: the timed operation against a float64 reference),
+    # every `golden` payload in order: {"name", "dtype", "max_rel_error", "tolerance", ...}.
+    golden: list[dict] = field(default_factory=list)
     # Memory of the process tree (`process_tree` records of the runner, bytes), and the
     # benchmark's own `process` samples (RSS of the measuring process, bytes): fallback.
     tree_peak_rss: float | None = None
@@ -188,6 +191,8 @@ def _record(fr: FileResult, rec: dict) -> None:
         fr.window = rec["window"]
     if isinstance(rec.get("overhead"), dict):
         fr.overhead = rec["overhead"]
+    if isinstance(rec.get("golden"), dict):
+        fr.golden.append(rec["golden"])
     tree = rec.get("process_tree")
     if isinstance(tree, dict):
         for key in ("peak_rss", "rss"):

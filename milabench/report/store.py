@@ -7,7 +7,11 @@ are not SQLite, so the default store needs nothing beyond the standard library.
 A run's identity is its folder name plus a hash of its `.data` files: importing the same
 run twice adds no rows, and a run folder that grew (e.g. `run --resume`) is a new run.
 History queries give the recent values of one benchmark on one machine, and flag values
-more than `k` standard deviations away from the mean of the values before them.
+more than `k` standard deviations away from the mean of the values before them;
+`Store.series` gives every stored point of one benchmark for `milabench history`.
+
+Columns added after the first release (`MIGRATIONS`) are added in place to older stores
+when they are opened (`ALTER TABLE ... ADD COLUMN`, rows kept, NULL in the old rows).
 """
 
 from __future__ import annotations
@@ -30,16 +34,28 @@ SCHEMA = [
     """CREATE TABLE IF NOT EXISTS mb_runs (
         run_id TEXT PRIMARY KEY, name TEXT NOT NULL, content_hash TEXT NOT NULL,
         machine TEXT, started DOUBLE PRECISION, imported DOUBLE PRECISION,
-        source TEXT, meta TEXT)""",
+        source TEXT, meta TEXT, "commit" TEXT, suite TEXT)""",
     """CREATE TABLE IF NOT EXISTS mb_results (
         run_id TEXT NOT NULL, bench TEXT NOT NULL, machine TEXT, started DOUBLE PRECISION,
         n INTEGER, fail INTEGER, ngpu INTEGER, perf DOUBLE PRECISION,
         std DOUBLE PRECISION, sem DOUBLE PRECISION, median DOUBLE PRECISION,
         score DOUBLE PRECISION, weight DOUBLE PRECISION, units TEXT, reason TEXT,
+        rate DOUBLE PRECISION, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, tags TEXT,
         PRIMARY KEY (run_id, bench))""",
     """CREATE TABLE IF NOT EXISTS mb_samples (
         run_id TEXT NOT NULL, bench TEXT NOT NULL, seq INTEGER NOT NULL,
         value DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, bench, seq))""",
+]
+
+# Columns added since the first schema: (table, column, SQL type). A store made before
+# gets them on open; `commit` is a keyword in SQLite, so it is always quoted.
+MIGRATIONS = [
+    ("mb_runs", "commit", "TEXT"),  # git commit of the benchmarked code (meta record)
+    ("mb_runs", "suite", "TEXT"),  # file name of the run's suite (config record)
+    ("mb_results", "rate", "DOUBLE PRECISION"),  # the benchmark's rate (report `rate`)
+    ("mb_results", "ci_low", "DOUBLE PRECISION"),  # 95% interval of `rate`
+    ("mb_results", "ci_high", "DOUBLE PRECISION"),
+    ("mb_results", "tags", "TEXT"),  # the entry's tags, comma-joined
 ]
 
 
@@ -78,6 +94,9 @@ class _Sqlite:
             conn.executemany(sql, params)
             return []
         return conn.execute(sql, params or {}).fetchall()
+
+    def columns(self, conn: Any, table: str) -> set[str]:
+        return {row[1] for row in conn.execute(f"PRAGMA table_info({table})").fetchall()}
 
     def close(self) -> None:
         self.conn.close()
@@ -125,6 +144,10 @@ class _SqlAlchemy:
         if isinstance(params, list) or not res.returns_rows:
             return []
         return [tuple(r) for r in res.fetchall()]
+
+    def columns(self, conn: Any, table: str) -> set[str]:
+        res = conn.execute(self.sa.text(f"SELECT * FROM {table} WHERE 1 = 0"))
+        return set(res.keys())
 
     def close(self) -> None:
         self.engine.dispose()
@@ -179,6 +202,31 @@ class Store:
         with self.db.transaction() as conn:
             for stmt in SCHEMA:
                 self.db.run(conn, stmt)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Add the `MIGRATIONS` columns a store made by an older version lacks."""
+        with self.db.transaction() as conn:
+            have = {t: self.db.columns(conn, t) for t in ("mb_runs", "mb_results")}
+        added = []
+        for table, column, kind in MIGRATIONS:
+            if column in have[table]:
+                continue
+            try:  # one transaction each: a failed statement aborts a PostgreSQL transaction
+                with self.db.transaction() as conn:
+                    self.db.run(conn, f'ALTER TABLE {table} ADD COLUMN "{column}" {kind}')
+                added.append(column)
+            except Exception:
+                with self.db.transaction() as conn:  # another process added it meanwhile
+                    if column not in self.db.columns(conn, table):
+                        raise
+        if "commit" in added:  # the commit is in the stored meta record: fill it in
+            with self.db.transaction() as conn:
+                rows = self.db.run(conn, "SELECT run_id, meta FROM mb_runs")
+                updates = [{"r": r, "c": c} for r, m in rows if (c := _meta_commit(m))]
+                if updates:
+                    self.db.run(conn, 'UPDATE mb_runs SET "commit" = :c WHERE run_id = :r',
+                                updates)  # fmt: skip
 
     def close(self) -> None:
         self.db.close()
@@ -212,6 +260,8 @@ class Store:
         files = [fr for br in report.benchmarks for fr in br.files]
         started = min((fr.start_time for fr in files if fr.start_time), default=None)
         meta = next((fr.meta for fr in files if fr.meta), None)
+        config_file = next((fr.config.get("config_file") for fr in files
+                            if fr.config.get("config_file")), None)  # fmt: skip
         results, samples = [], []
         for br in report.benchmarks:
             if br.phase != "run":
@@ -223,6 +273,8 @@ class Store:
                 "std": _clean(s.std_pct) if s else None, "sem": _clean(s.sem_pct) if s else None,
                 "median": _clean(s.median) if s else None, "score": _clean(br.score),
                 "weight": br.effective_weight, "units": br.units, "reason": br.reason,
+                "rate": _clean(br.raw_rate) if s else None, "ci_low": _clean(br.ci_low),
+                "ci_high": _clean(br.ci_high), "tags": _tags(br),
             })  # fmt: skip
             samples += [
                 {"run_id": run_id, "bench": br.name, "seq": i, "value": v}
@@ -235,8 +287,8 @@ class Store:
             self.db.run(
                 conn,
                 "INSERT INTO mb_runs (run_id, name, content_hash, machine, started, imported,"
-                " source, meta) VALUES (:run_id, :name, :hash, :machine, :started, :imported,"
-                " :source, :meta)",
+                ' source, meta, "commit", suite) VALUES (:run_id, :name, :hash, :machine,'
+                " :started, :imported, :source, :meta, :commit, :suite)",
                 {
                     "run_id": run_id,
                     "name": name,
@@ -246,15 +298,18 @@ class Store:
                     "imported": time.time(),
                     "source": str(run_dir.absolute()),
                     "meta": json.dumps(meta, default=str),
+                    "commit": _meta_commit(meta),
+                    "suite": Path(str(config_file)).name if config_file else None,
                 },  # fmt: skip
             )
             if results:
                 self.db.run(
                     conn,
                     "INSERT INTO mb_results (run_id, bench, machine, started, n, fail, ngpu, perf,"
-                    " std, sem, median, score, weight, units, reason) VALUES (:run_id, :bench,"
-                    " :machine, :started, :n, :fail, :ngpu, :perf, :std, :sem, :median, :score,"
-                    " :weight, :units, :reason)",
+                    " std, sem, median, score, weight, units, reason, rate, ci_low, ci_high, tags)"
+                    " VALUES (:run_id, :bench, :machine, :started, :n, :fail, :ngpu, :perf, :std,"
+                    " :sem, :median, :score, :weight, :units, :reason, :rate, :ci_low, :ci_high,"
+                    " :tags)",
                     results,
                 )
             if samples:
@@ -321,6 +376,100 @@ class Store:
             if perf is not None:
                 prev.append(float(perf))
         return out[-last:] if last else out
+
+    def benchmarks(self) -> list[str]:
+        """Names of the benchmarks with at least one stored result, sorted."""
+        with self.db.transaction() as conn:
+            rows = self.db.run(conn, "SELECT DISTINCT bench FROM mb_results")
+        return sorted(r[0] for r in rows)
+
+    def series(
+        self,
+        bench: str,
+        machine: str | None = None,
+        suite: str | None = None,
+        tag: str | None = None,
+    ) -> list[SeriesPoint]:
+        """Every stored result of `bench`, oldest first (run start, then import time).
+
+        `value` is the benchmark's rate with its 95% interval; results stored before those
+        columns existed give their `perf` and no interval. Filters: machine (hostname),
+        suite (file name) and tag (one of the entry's tags); None keeps everything.
+        """
+        sql = (
+            'SELECT r.name, r.run_id, x.started, x.machine, r.suite, r."commit", x.tags,'
+            " x.rate, x.perf, x.ci_low, x.ci_high, x.n, x.fail, x.units, r.imported"
+            " FROM mb_results x JOIN mb_runs r ON r.run_id = x.run_id WHERE x.bench = :b"
+        )
+        params: dict[str, Any] = {"b": bench}
+        if machine is not None:
+            sql += " AND x.machine = :m"
+            params["m"] = machine
+        if suite is not None:
+            sql += " AND r.suite = :s"
+            params["s"] = suite
+        sql += " ORDER BY x.started, r.imported"
+        with self.db.transaction() as conn:
+            rows = self.db.run(conn, sql, params)
+        out = []
+        for name, run_id, started, mach, suite_, commit, tags, rate, perf, lo, hi, n, fail, units, imported in rows:  # fmt: skip
+            tag_list = [t for t in (tags or "").split(",") if t]
+            if tag is not None and tag not in tag_list:
+                continue
+            value = rate if rate is not None else perf
+            if rate is None:  # an interval is only meaningful around the rate it belongs to
+                lo = hi = None
+            out.append(SeriesPoint(
+                run=name, run_id=run_id, started=started if started is not None else imported,
+                machine=mach, suite=suite_, commit=commit, tags=tag_list,
+                value=None if value is None else float(value),
+                ci_low=None if lo is None else float(lo), ci_high=None if hi is None else float(hi),
+                n=int(n or 0), fail=int(fail or 0), units=units,
+            ))  # fmt: skip
+        return out
+
+
+@dataclass
+class SeriesPoint:
+    """One stored result of a benchmark, as `Store.series` returns it."""
+
+    run: str  # run folder name
+    run_id: str
+    started: float | None  # run start (epoch seconds); import time when unknown
+    machine: str | None
+    suite: str | None
+    commit: str | None
+    tags: list[str]
+    value: float | None  # the rate (None when the benchmark measured nothing)
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    fail: int
+    units: str | None
+
+
+def _meta_commit(meta: Any) -> str | None:
+    """The git commit of the benchmarked code in a `meta` record (dict or its JSON)."""
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return None
+    if not isinstance(meta, dict):
+        return None
+    tool = meta.get("milabench")
+    commit = (tool.get("commit") if isinstance(tool, dict) else None) or meta.get("commit")
+    return commit if isinstance(commit, str) and commit else None
+
+
+def _tags(br: Any) -> str | None:
+    """The entry's tags (config record `tags`), comma-joined in order, or None."""
+    tags: list[str] = []
+    for fr in br.files:
+        for t in fr.config.get("tags") or []:
+            if str(t) not in tags:
+                tags.append(str(t))
+    return ",".join(tags) or None
 
 
 def flag(value: float | None, history: list[float], k: float) -> tuple[bool, float | None]:

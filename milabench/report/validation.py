@@ -9,6 +9,8 @@
 | loss        | opt-in  | a loss is NaN (an increasing loss is a warning)                 |
 | usage       | opt-in  | mean accelerator load < gpu_load_threshold (memory: a warning)  |
 | planning    | opt-in  | the number of processes that reported differs from the plan     |
+| golden      | on      | a golden check (the timed op vs float64 on cpu) was out of      |
+|             |         | tolerance: the line names the check, its error and tolerance    |
 
 `--validations a,b` adds layers to the default set, `all` enables every layer and
 `-name` removes one. Capability skips are never validation failures.
@@ -22,15 +24,17 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from benchkit.golden import fmt_error, fmt_tolerance
 from milabench.errors import UsageError
+from milabench.events import as_float
 from milabench.report import stats
 from milabench.report.aggregate import SUCCESS, BenchResult, failure_detail
 from milabench.report.numbers import fmt_pct, fmt_sig
 from milabench.report.outcome import SKIPPED
 from milabench.report.tracebacks import Failure, explain, read_lines
 
-DEFAULT_LAYERS = ("error", "ensure_rate", "version")
-ALL_LAYERS = ("error", "ensure_rate", "version", "loss", "usage", "planning")
+DEFAULT_LAYERS = ("error", "ensure_rate", "version", "golden")
+ALL_LAYERS = ("error", "ensure_rate", "version", "loss", "usage", "planning", "golden")
 
 
 @dataclass
@@ -247,6 +251,46 @@ def layer_planning(benches: list[BenchResult]) -> LayerResult:
     return res
 
 
+def golden_failed(check: dict) -> bool:
+    """A golden payload that says it failed (or, without ``passed``, whose numbers do)."""
+    passed = check.get("passed")
+    if isinstance(passed, bool):
+        return not passed
+    err, tol = as_float(check.get("max_rel_error")), as_float(check.get("tolerance"))
+    return err is not None and tol is not None and not err <= tol
+
+
+def layer_golden(benches: list[BenchResult]) -> LayerResult:
+    """Golden checks (`benchkit.golden`) that were out of tolerance: fast but wrong.
+
+    One line per benchmark and check (name, dtype), with the largest error among the
+    processes that ran it (their tags listed when the benchmark has several processes).
+    Processes that wrote no golden record pass.
+    """
+    res = LayerResult("golden")
+    for br in _run_phase(benches):
+        active = _active(br)
+        failed: dict[tuple[str, str], list[tuple[float, float | None, str]]] = {}
+        for fr in active:
+            for check in fr.golden:
+                if not golden_failed(check):
+                    continue
+                key = (str(check.get("name", "?")), str(check.get("dtype", "?")))
+                err = as_float(check.get("max_rel_error"))
+                failed.setdefault(key, []).append(
+                    (math.inf if err is None else err, as_float(check.get("tolerance")), fr.tag)
+                )
+        for (name, dtype), hits in failed.items():
+            err, tol, _tag = max(hits, key=lambda h: h[0])
+            tags = sorted({h[2] for h in hits})
+            where = f" (in {', '.join(tags)})" if len(active) > 1 else ""
+            res.failures.append(
+                f"{br.name}: golden check {name} {dtype} failed: max relative error "
+                f"{fmt_error(err, tol)} > tolerance {fmt_tolerance(tol)}{where}"
+            )
+    return res
+
+
 LAYERS: dict[str, Callable[[list[BenchResult]], LayerResult]] = {
     "error": layer_error,
     "ensure_rate": layer_ensure_rate,
@@ -254,6 +298,7 @@ LAYERS: dict[str, Callable[[list[BenchResult]], LayerResult]] = {
     "loss": layer_loss,
     "usage": layer_usage,
     "planning": layer_planning,
+    "golden": layer_golden,
 }
 
 

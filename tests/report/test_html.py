@@ -20,19 +20,6 @@ from synth import entry, write_file  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if path := shutil.which(name):
-            return path
-    from debian import ensure_packages
-
-    reason = ensure_packages("chromium")
-    if path := shutil.which("chromium"):
-        return path
-    pytest.skip(f"chromium could not be installed: {reason}")
-
-
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
     """(width, height, rows of pixels) of an 8-bit RGB/RGBA PNG, with filters undone."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

@@ -108,7 +108,8 @@ def test_parse_relative():
 def test_select_layers():
     assert select_layers(None) == list(DEFAULT_LAYERS)
     assert select_layers(["all"]) == list(ALL_LAYERS)
-    assert select_layers(["loss,usage"]) == ["error", "ensure_rate", "version", "loss", "usage"]
+    expected = ["error", "ensure_rate", "version", "loss", "usage", "golden"]
+    assert select_layers(["loss,usage"]) == expected
     assert select_layers(["all,-usage"]) == [x for x in ALL_LAYERS if x != "usage"]
     with pytest.raises(UsageError, match="unknown layer 'bogus'"):
         select_layers(["bogus"])

@@ -1,0 +1,1 @@
+"""History of results over time: change points across stored runs."""

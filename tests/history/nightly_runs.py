@@ -1,0 +1,98 @@
+"""Real stored runs for the history tests, made once per test process.
+
+`nightly_runs(root)` makes 30 real `milabench run` folders of the paced benchmark in
+`benchmarks/paced` (20 steps, 20 ms each, about 0.7 s a run), the last 10 with a step
+11.1% longer (rate 10% lower: the planted regression at run index 20, `night20`), then 10
+more at the original speed (`flat00`..`flat09`). Two SQLite stores are filled with the
+real `milabench store import`: `drop.sqlite` (night00..night29) and `flat.sqlite`
+(night00..night19 then flat00..flat09: 30 runs, no change).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCH = HERE / "benchmarks" / "paced"
+STEP_MS = 20.0
+SLOW_MS = STEP_MS / 0.9  # rate = batch / step: 10% lower
+SUITE = f"""
+paced:
+  definition: {BENCH}
+  tags: [nightly, cpu]
+  plan:
+    method: per_gpu
+  argv:
+    --steps: 20
+    --step-ms: {STEP_MS}
+"""
+
+
+def milabench(
+    *args: str, env: dict | None = None, timeout: int = 180
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "milabench", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+        env={**os.environ, "MILABENCH_DASH": "no", **(env or {})},
+    )
+
+
+@dataclass
+class NightlyRuns:
+    base: Path
+    suite: Path
+    night: list[Path]  # 30 runs, 10% slower from night20 on
+    flat: list[Path]  # 10 more runs at the speed of night00..night19
+    drop_url: str
+    flat_url: str
+    seconds: float  # time to make and import them all
+
+
+_made: dict[Path, NightlyRuns] = {}
+
+
+def _run(base: Path, suite: Path, name: str, step_ms: float) -> Path:
+    proc = milabench("run", "--config", str(suite), "--base", str(base), "--use-current-env",
+                     "--run-name", name, "--override", f"paced.argv.--step-ms={step_ms}")  # fmt: skip
+    run_dir = base / "runs" / name
+    if proc.returncode != 0 or not run_dir.is_dir():
+        raise AssertionError(f"milabench run {name} failed:\n{proc.stdout[-2000:]}\n"
+                             f"{proc.stderr[-2000:]}")  # fmt: skip
+    return run_dir
+
+
+def _import(url: str, runs: list[Path]) -> None:
+    proc = milabench("store", "import", *map(str, runs), "--url", url)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("imported 1 benchmark(s)") == len(runs), proc.stdout
+
+
+def nightly_runs(root: Path) -> NightlyRuns:
+    root = Path(root)
+    if root in _made:
+        return _made[root]
+    t0 = time.perf_counter()
+    root.mkdir(parents=True, exist_ok=True)
+    suite = root / "suite.yaml"
+    suite.write_text(SUITE)
+    base = root / "base"
+    night = [_run(base, suite, f"night{i:02d}", SLOW_MS if i >= 20 else STEP_MS)
+             for i in range(30)]  # fmt: skip
+    flat = [_run(base, suite, f"flat{i:02d}", STEP_MS) for i in range(10)]
+    drop_url = f"sqlite:///{root / 'drop.sqlite'}"
+    flat_url = f"sqlite:///{root / 'flat.sqlite'}"
+    _import(drop_url, night)
+    _import(flat_url, night[:20] + flat)
+    made = NightlyRuns(base, suite, night, flat, drop_url, flat_url, time.perf_counter() - t0)
+    print(f"\nnightly_runs: 40 real runs made and imported in {made.seconds:.1f} s")
+    _made[root] = made
+    return made
