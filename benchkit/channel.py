@@ -56,6 +56,9 @@ class SmuggleDecoder:
     def feed(self, text: str) -> tuple[str, list[str]]:
         data = self._pending + text
         self._pending = ""
+        if data.endswith(ESC[0]):
+            # ``ESC`` cut from its ``[``: hold it back until the next feed tells.
+            data, self._pending = data[:-1], ESC[0]
         if ESC not in data:
             return data, []
         plain: list[str] = []
@@ -73,7 +76,7 @@ class SmuggleDecoder:
                 i += 1
             if i >= n:
                 # Sequence not finished yet: wait for more text.
-                self._pending = data[start:]
+                self._pending = data[start:] + self._pending
                 break
             if data[i] == END and i > start + 2:
                 body = data[start + 2 : i]

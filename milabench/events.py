@@ -14,6 +14,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+# Version of the `.data` format (docs/reports.md "Formats and versions"): written once per
+# file as the `format_version` key of its `config` line. 1: files without the key (written
+# before versioning); 2: the key is written. Readers take every version up to this one.
+DATA_FORMAT_VERSION = 2
+FORMAT_KEY = "format_version"
+
 REDACTED = "<redacted>"
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 _ALWAYS_SECRET = {"MILABENCH_HF_TOKEN", "HF_TOKEN"}
@@ -40,10 +46,55 @@ def redact(obj: Any) -> Any:
                 out[k] = redact(v)
         return out
     if isinstance(obj, str):
-        return redact_url(obj)
+        return redact_text(obj)
     if isinstance(obj, list | tuple):
-        return [_redact_item(x) for x in obj]
+        out_list = []
+        for i, x in enumerate(obj):
+            prev = obj[i - 1] if i else None
+            if isinstance(prev, str) and _SECRET_FLAG.match(prev) and isinstance(x, str):
+                out_list.append(REDACTED)  # ``--token X`` as two argv items
+            else:
+                out_list.append(_redact_item(x))
+        return out_list
     return obj
+
+
+# An option whose value is a secret: ``--token``, ``--hf-token``, ``--password``,
+# ``--api-key``, ``--secret``... (the last word of the name; ``--max-tokens`` is not one).
+_SECRET_FLAG = re.compile(
+    r"^--?(?:[\w-]*[-_])?(?:token|password|passwd|secret|api[-_]?key|apikey)$", re.IGNORECASE
+)
+_SECRET_OPTION_TEXT = re.compile(
+    r"(?P<flag>(?<![\w-])--?(?:[\w-]*[-_])?(?:token|password|passwd|secret|api[-_]?key|apikey))"
+    r"(?P<sep>=|[ \t]+)(?P<value>(?!-)[^\s\"',;]+)",
+    re.IGNORECASE,
+)
+_AUTH_HEADER = re.compile(
+    r"(?P<head>\b(?:proxy-)?authorization\s*:\s*(?:(?:bearer|basic|token|digest)\s+)?)"
+    r"(?P<value>[^\s\"',;]+)",
+    re.IGNORECASE,
+)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the secrets milabench recognises in free text replaced by REDACTED.
+
+    URL credentials (`redact_url`), the value of ``--token X`` / ``--token=X`` (also
+    ``--password``, ``--api-key``, ``--secret``, ``--hf-token``...) and of
+    ``Authorization: Bearer X`` / ``Basic X`` headers. Applied to every output line of a
+    process (``line`` events, hence run files and the terminal) and to every string of
+    the records milabench writes.
+    """
+    text = redact_url(text)
+    lowered = text.lower()
+    if "-" in text and any(w in lowered for w in _TEXT_WORDS):
+        text = _SECRET_OPTION_TEXT.sub(lambda m: m.group("flag") + m.group("sep") + REDACTED, text)
+    if "authorization" in lowered:
+        text = _AUTH_HEADER.sub(lambda m: m.group("head") + REDACTED, text)
+    return text
+
+
+_TEXT_WORDS = ("token", "passw", "secret", "key")
 
 
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:]+(:[^/@\s]*)?@")
@@ -58,7 +109,7 @@ def redact_url(text: str) -> str:
 
 def _redact_item(x: Any) -> Any:
     if isinstance(x, str):
-        x = redact_url(x)
+        x = redact_text(x)
     if isinstance(x, str) and "=" in x:
         name, _, _ = x.partition("=")
         if is_secret_name(name.lstrip("-")):
@@ -116,7 +167,7 @@ def decode(line: str | bytes) -> dict | None:
     """Parse one line; None when it is not a valid event (e.g. a truncated last line)."""
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: `[[[[...`
         return None
     if not isinstance(obj, dict) or "event" not in obj:
         return None
@@ -138,12 +189,41 @@ def as_float(value: Any) -> float | None:
     return None
 
 
+def check_format_version(ev: dict, path: str | Path) -> None:
+    """Refuse an event line written in a newer `.data` format than this reader knows.
+
+    The version is the ``format_version`` key of the `config` line (extra keys are allowed
+    on every line: run-data.md section 2); files without one are version 1.
+    """
+    version = ev.get(FORMAT_KEY, 1)
+    valid = isinstance(version, int) and not isinstance(version, bool) and version >= 1
+    if valid and version <= DATA_FORMAT_VERSION:
+        return
+    from milabench.errors import UsageError
+
+    if not valid:
+        raise UsageError(
+            f"{path}: format version {version!r} is not one this milabench reads"
+            f" (1 to {DATA_FORMAT_VERSION})"
+        )
+    raise UsageError(
+        f"{path}: format version {version} is newer than this milabench reads"
+        f" ({DATA_FORMAT_VERSION}): upgrade milabench"
+    )
+
+
 def read_events(path: str | Path) -> Iterator[dict]:
-    """Events of a `.data` file, skipping lines that do not parse (a cut last line)."""
+    """Events of a `.data` file, skipping lines that do not parse (a cut last line).
+
+    A line carrying a newer format version (`check_format_version`) stops the reading with
+    a one-line `UsageError` rather than letting a report read numbers it may misread.
+    """
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             ev = decode(line)
             if ev is not None:
+                if FORMAT_KEY in ev:
+                    check_format_version(ev, path)
                 yield ev
 
 

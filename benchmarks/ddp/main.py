@@ -13,6 +13,7 @@ runs as a single process (world size 1).
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import os
 
@@ -112,6 +113,11 @@ def main(argv: list[str] | None = None) -> None:
             dist.barrier()
     finally:
         if dist.is_initialized():
+            # Free DDP's reducer (its gloo work threads) before the group goes: a group
+            # destroyed under a live reducer can abort the process at exit under load
+            # ("terminate called without an active exception").
+            model = opt = timed = None  # noqa: F841
+            gc.collect()
             dist.destroy_process_group()
 
 

@@ -1,13 +1,15 @@
 """Options shared by several commands, declared once and parsed the same way everywhere.
 
 Both spellings are accepted (``--use-current-env`` and ``--use_current_env``).
-Environment variables give defaults: MILABENCH_CONFIG, MILABENCH_BASE, MILABENCH_SYSTEM.
+Environment variables give defaults: MILABENCH_SUITE (or, for upstream compatibility,
+MILABENCH_CONFIG when it holds a path: `suite_from_env`), MILABENCH_BASE, MILABENCH_SYSTEM.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +44,8 @@ def add_suite_options(parser: argparse.ArgumentParser, *, selection: bool = True
         "config",
         default=None,
         metavar="PATH",
-        help="suite file (env MILABENCH_CONFIG; default: config/cpu.yaml)",
+        help="suite file (env MILABENCH_SUITE, or MILABENCH_CONFIG when it is a path;"
+        " default: config/cpu.yaml)",
     )
     add_option(
         parser,
@@ -111,20 +114,59 @@ def add_validations_option(parser: argparse.ArgumentParser, help: str) -> None:
     add_option(parser, "validations", action="append", default=[], metavar="A,B|all", help=help)
 
 
+def suite_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """The suite path the environment gives the CLI (docs/config.md), or None.
+
+    ``MILABENCH_SUITE`` first. ``MILABENCH_CONFIG`` is read as a suite path only when it
+    is one: benchmark processes (and `milabench dev` shells) get the JSON of their entry
+    under that name (spec phases.md section 3), and a value starting with ``{`` is that
+    JSON, never a file name.
+    """
+    environ = os.environ if environ is None else environ
+    suite = environ.get("MILABENCH_SUITE", "").strip()
+    if suite:
+        return suite
+    config = environ.get("MILABENCH_CONFIG", "").strip()
+    if config and not config.startswith("{"):
+        return config
+    return None
+
+
 def given_config(args: argparse.Namespace) -> Path | None:
-    """--config, else MILABENCH_CONFIG, else None (`report`/`compare` need no suite)."""
-    value = getattr(args, "config", None) or os.environ.get("MILABENCH_CONFIG")
+    """--config, else the environment's suite, else None (`report`/`compare` need none)."""
+    value = getattr(args, "config", None) or suite_from_env()
     return Path(value) if value else None
 
 
 def config_path(args: argparse.Namespace) -> Path:
-    value = getattr(args, "config", None) or os.environ.get("MILABENCH_CONFIG")
+    value = getattr(args, "config", None) or suite_from_env()
     return Path(value) if value else DEFAULT_CONFIG
 
 
 def base_path(args: argparse.Namespace) -> Path:
     value = getattr(args, "base", None) or os.environ.get("MILABENCH_BASE") or DEFAULT_BASE
     return Path(value).expanduser().absolute()
+
+
+def ensure_writable(base: Path, folder: Path) -> None:
+    """Create `folder` (under the base) and check a file can be written there, so that an
+    unwritable ``--base`` is one line naming it rather than a traceback from deep inside
+    a run."""
+    import tempfile
+
+    from milabench.errors import UsageError
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        try:
+            shown = folder.relative_to(base)
+        except ValueError:
+            shown = folder
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--base {base}: cannot create {shown}: {reason}") from None
 
 
 def system_path(args: argparse.Namespace) -> Path | None:

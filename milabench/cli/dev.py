@@ -46,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite_from_args(args)
     entry = find_entry(args.bench, suite.entries)
     env, cwd = dev_environment(entry, suite.system)
+    # `MILABENCH_CONFIG` is the entry's JSON here: a `milabench` started in the shell finds
+    # the suite it came from under `MILABENCH_SUITE` (docs/config.md).
+    env["MILABENCH_SUITE"] = str(suite.config_path)
     if not command:
         where = env.get("VIRTUAL_ENV") or "the current environment"
         print(f"milabench dev: {entry['name']} in {where} (exit the shell to leave)")

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from milabench.cli.common import load_suite_from_args
+    from milabench.cli.common import ensure_writable, load_suite_from_args
     from milabench.envs.groups import build_groups
     from milabench.envs.install import install_all, summary_table
     from milabench.errors import UsageError
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     groups = build_groups(suite.entries, suite.system)
     runs = suite.base / "runs"
+    ensure_writable(suite.base, runs)
     results, logs = install_all(
         groups,
         suite.system,

@@ -73,7 +73,8 @@ def _environments(suite, use_current_env: bool) -> tuple[str, list[str]]:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from milabench.remote.nodes import DEFAULT_RDZV_PORT, get_option
+    from milabench.config.options import checked_number
+    from milabench.remote.nodes import DEFAULT_RDZV_PORT
     from milabench.remote.preflight import preflight, render
 
     suite = load_suite_from_args(args)
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     python, envs = _environments(suite, bool(args.use_current_env))
     if args.python:
         python = args.python
-    port = args.port or int(get_option(system, "multinode.port", DEFAULT_RDZV_PORT))
+    port = args.port or int(checked_number(system, "multinode.port", DEFAULT_RDZV_PORT))
     result = asyncio.run(
         preflight(
             system,

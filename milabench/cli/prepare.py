@@ -23,13 +23,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from milabench.cli.common import load_suite_from_args
+    from milabench.cli.common import ensure_writable, load_suite_from_args
     from milabench.envs.prepare import prepare_all, summary_table
 
     suite = load_suite_from_args(args)
     if not suite.entries:
         print("nothing to prepare: no benchmark selected")
         return 0
+    ensure_writable(suite.base, suite.base / "runs")
     results, logs = prepare_all(suite.entries, suite.system, suite.base / "runs", echo=args.verbose)
     print(summary_table(results))
     data_dirs = sorted({str((e.get("dirs") or {}).get("data")) for e in suite.entries.values()})

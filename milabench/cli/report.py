@@ -8,7 +8,7 @@ Without `--runs`: the latest run under `<base>/runs` (--base, else MILABENCH_BAS
 latest run; either way the run picked is named on stderr. A folder with no run data is a
 one-line error (exit 2).
 
-With `--config` (or MILABENCH_CONFIG), the suite's entries give the weights (benchmarks that did not run count
+With `--config` (or MILABENCH_SUITE), the suite's entries give the weights (benchmarks that did not run count
 in the score with their reason). The exit code is 0 exactly when the printed verdict is
 PASS (`milabench.report.outcome.run_verdict`: something was measured, the failure rate is
 at most 1%, every enabled validation layer passed); a FAIL prints each reason.
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def suite_entries(args: argparse.Namespace) -> dict | None:
-    """Entries of the suite named by --config or MILABENCH_CONFIG (None when no suite was
+    """Entries of the suite named by --config or MILABENCH_SUITE (None when no suite was
     given): all of them, or the ones `--select`/`--exclude` keep, so that a report of a
     selected run scores what `milabench run --select` scored (unselected entries are not
     "not run")."""
@@ -87,8 +87,25 @@ def run(args: argparse.Namespace) -> int:
     )
     text = render(report, args.format)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        _write_output(Path(args.output), text)
         print(f"report written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return report.exit_code
+
+
+def _write_output(path: Path, text: str) -> None:
+    """Write the report, creating missing parent folders (said on stderr); a path that
+    cannot be written is one line naming it."""
+    from milabench.errors import UsageError
+
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UsageError(f"--output {path}: {path.parent} is not a folder")
+    try:
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            print(f"created folder {path.parent} for --output", file=sys.stderr)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--output {path}: cannot write: {reason}") from None

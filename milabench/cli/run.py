@@ -14,7 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-from milabench.cli.common import add_option, add_suite_options, add_validations_option, base_path
+from milabench.cli.common import (
+    add_option,
+    add_suite_options,
+    add_validations_option,
+    base_path,
+    ensure_writable,
+)
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
@@ -102,18 +108,17 @@ def run(args: argparse.Namespace) -> int:
 
         raise UsageError("--repeat must be at least 1")
     validations = list(args.validations or [])
-    try:
-        from milabench.report.validation import select_layers
-    except ImportError:
-        select_layers = None
-    if select_layers is not None:
-        select_layers(validations)  # unknown layer names fail before anything runs
+    from milabench.report.validation import select_layers
+
+    select_layers(validations)  # unknown layer names fail before anything runs
 
     from milabench.cli.common import load_suite_from_args
     from milabench.execute.session import run_session
 
     suite = load_suite_from_args(args)
     run_dir, resuming = _run_dir(args)
+    if not resuming:
+        ensure_writable(base_path(args), run_dir.parent)
     return run_session(
         suite,
         run_dir,

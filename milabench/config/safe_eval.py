@@ -44,6 +44,10 @@ _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
 }
 MAX_EXPONENT = 256
 MAX_LENGTH = 2000
+# Bounds on what one operation may produce, checked before computing it: a sequence or
+# string of more items, or an int of more bits, is refused (``[0]*10**12``).
+MAX_ITEMS = 10_000
+MAX_INT_BITS = 4096
 
 
 def evaluate(
@@ -65,8 +69,44 @@ def evaluate(
         return walker.visit(tree.body)
     except UnsafeExpression:
         raise
-    except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, RecursionError) as e:
+    except (
+        ArithmeticError,
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        RecursionError,
+        MemoryError,
+    ) as e:
         raise UnsafeExpression(f"cannot evaluate {text!r}: {type(e).__name__}: {e}") from e
+
+
+def _size(value: Any) -> int:
+    """How big ``value`` is for the bounds: items of a sequence, bits of an int."""
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, int):
+        return value.bit_length()
+    if isinstance(value, str | list | tuple | dict | bytes):
+        return len(value)
+    return 1
+
+
+def _check_size(op: ast.operator, left: Any, right: Any) -> None:
+    """Refuse, before computing it, a result over MAX_ITEMS items or MAX_INT_BITS bits."""
+    seqs = (str, list, tuple, bytes)
+    if isinstance(op, ast.Mult):
+        for seq, count in ((left, right), (right, left)):
+            if isinstance(seq, seqs) and isinstance(count, int):
+                if len(seq) * max(count, 0) > MAX_ITEMS:
+                    raise UnsafeExpression(f"result would have more than {MAX_ITEMS} items")
+        if isinstance(left, int) and isinstance(right, int):
+            if _size(left) + _size(right) > MAX_INT_BITS:
+                raise UnsafeExpression(f"result would exceed {MAX_INT_BITS} bits")
+    elif isinstance(op, ast.Add):
+        if isinstance(left, seqs) and isinstance(right, seqs):
+            if len(left) + len(right) > MAX_ITEMS:
+                raise UnsafeExpression(f"result would have more than {MAX_ITEMS} items")
 
 
 class _Walker:
@@ -105,11 +145,14 @@ class _Walker:
         if (
             isinstance(node.op, ast.Pow)
             and isinstance(left, int)
-            and (left.bit_length() * abs(right) > 4096)
+            and (left.bit_length() * abs(right) > MAX_INT_BITS)
         ):
             raise UnsafeExpression("power result is too large")
         if isinstance(node.op, ast.Mult) and (isinstance(left, str) or isinstance(right, str)):
             raise UnsafeExpression("string repetition is not allowed")
+        if isinstance(node.op, ast.Mod) and isinstance(left, str | bytes):
+            raise UnsafeExpression("string formatting is not allowed")
+        _check_size(node.op, left, right)
         return op(left, right)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:

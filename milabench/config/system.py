@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from milabench.config.options import check_numeric_options
 from milabench.errors import ConfigError
 
 NODE_REQUIRED = ("name", "ip", "user")
@@ -254,6 +255,7 @@ def load_system(path: str | Path | None = None, base: str | Path | None = None) 
         system.setdefault("base", str(Path(base).expanduser().absolute()))
     if file is not None:
         system["config_file"] = str(file)
+    check_numeric_options(system)
     return system
 
 

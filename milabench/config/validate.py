@@ -134,10 +134,12 @@ def validate_entry(entry: dict[str, Any], file_of) -> str | None:
             f"known: {', '.join(PLAN_METHODS)}",
         )
     plan["method"] = normalized
-    if normalized == "njobs" and "n" in plan:
-        n = plan["n"]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise fail("plan.n", f"expected a whole number >= 1, not {n!r}")
+    for key in ("n", "nproc"):  # njobs copies, workers per node (torchrun, accelerate)
+        count = plan.get(key)
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, int) or count < 1
+        ):
+            raise fail(f"plan.{key}", f"expected a whole number >= 1, not {count!r}")
     argv = entry.get("argv")
     if argv is not None and not isinstance(argv, list | dict):
         raise fail("argv", "expected a list or a mapping")

@@ -67,9 +67,11 @@ def parse_yaml(text: str, source: object) -> Any:
         data = yaml.load(text, Loader=SuiteLoader)  # noqa: S506 - SuiteLoader is a safe loader
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: invalid YAML: {_problem(err)}") from err
-    except (ValueError, TypeError, OverflowError, RecursionError) as err:
-        # The constructors can fail on valid syntax, e.g. an unhashable mapping key.
-        raise ConfigError(f"{source}: invalid YAML: {err}") from err
+    except (ValueError, TypeError, OverflowError, RecursionError, IndexError) as err:
+        # The constructors can fail on valid syntax, e.g. an unhashable mapping key, or
+        # IndexError for an empty `!!int`/`!!float` scalar.
+        what = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError(f"{source}: invalid YAML: {what}") from err
     return normalize(data, source)
 
 
@@ -103,7 +105,16 @@ def _where(path: tuple) -> str:
     return ".".join(str(p) for p in path) or "document"
 
 
+# Deeper than any real suite; keeps every later recursive step (merge, interpolation,
+# matrix substitution) far from Python's recursion limit.
+MAX_DEPTH = 100
+
+
 def _norm(data: Any, source: object, path: tuple, active: set[int]) -> Any:
+    if len(path) > MAX_DEPTH and isinstance(data, dict | list):
+        raise ConfigError(
+            f"{source}: {_where(path[:3])}...: nested more than {MAX_DEPTH} levels deep"
+        )
     if isinstance(data, dict):
         if id(data) in active:
             raise ConfigError(f"{source}: {_where(path)}: recursive YAML alias")

@@ -146,7 +146,7 @@ class Backend:
         if self.name == "uv":
             from milabench.config.options import get_option
 
-            strategy = str(get_option(self.system, "install.index_strategy", "unsafe-best-match"))
+            strategy = get_option(self.system, "install.index_strategy", None)
             assert self.pip is not None
             return [
                 sys.executable,
@@ -156,8 +156,7 @@ class Backend:
                 "install",
                 "--python",
                 str(python),
-                "--index-strategy",
-                strategy,
+                *self.pip.index_strategy_args(strategy, args),
                 *self.pip.uv_args(),
                 *args,
             ]

@@ -67,7 +67,7 @@ def compile_argv(
     index_args: list[str],
     pip: PipSettings,
     variant: str,
-    strategy: str,
+    strategy: str | None,
 ) -> list[str]:
     """``uv pip compile`` for this interpreter's Python version, with forwarded sources."""
     version = "{}.{}".format(*sys.version_info[:2])
@@ -82,8 +82,7 @@ def compile_argv(
         str(output),
         "--python-version",
         version,
-        "--index-strategy",
-        strategy,
+        *pip.index_strategy_args(strategy, index_args),
         "--custom-compile-command",
         f"milabench pin --variant {variant}",
         "--no-annotate",
@@ -118,7 +117,7 @@ def pin_all(
     base_constraints = constraints_file(variant, arch, folder)
     index_args = index_directives(base_constraints)
     pip = read_pip_settings()
-    strategy = str(get_option(system, "install.index_strategy", "unsafe-best-match"))
+    strategy = get_option(system, "install.index_strategy", None)  # None: by the sources
     logs = LogFolder(runs, "pin")
     results: list[PinResult] = []
     try:

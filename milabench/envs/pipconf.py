@@ -57,6 +57,35 @@ class PipSettings:
             args += ["--find-links", link]
         return args
 
+    def source_count(self, extra_args: list[str] | tuple[str, ...] = ()) -> int:
+        """How many package sources an install sees (indexes and find-links folders).
+
+        ``extra_args`` are the constraint file's directives (``--extra-index-url URL`` ...).
+        The default index (PyPI, or the ``index-url`` replacing it) counts unless ``no-index``.
+        """
+        words = list(extra_args)
+        count = 0 if self.no_index else 1  # the default or replacing ``index-url``
+        count += len(self.extra_index_urls) + len(self.find_links)
+        count += sum(1 for w in words if w in ("--extra-index-url", "--find-links"))
+        return count
+
+    def index_strategy_args(
+        self, strategy: str | None, extra_args: list[str] | tuple[str, ...] = ()
+    ) -> list[str]:
+        """``--index-strategy S`` for uv, only where it matters.
+
+        uv stops at the first index that has a package (``first-index``), pip takes the
+        best version across all of them. With several sources (an extra index or a
+        find-links folder beside the default index) milabench asks for pip's behaviour,
+        ``unsafe-best-match``; with one source the option changes nothing and is left out.
+        An explicit ``install.index_strategy`` (``strategy``) is always passed.
+        """
+        if strategy:
+            return ["--index-strategy", str(strategy)]
+        if self.source_count(extra_args) > 1:
+            return ["--index-strategy", "unsafe-best-match"]
+        return []
+
     def uv_env(self) -> dict[str, str]:
         """Index URLs with credentials, as uv's variables rather than command-line items.
 

@@ -116,7 +116,7 @@ class _Channel:
         if all(x[0] == "{" and x[-1] == "}" for x in lines):
             try:
                 parsed = json.loads("[" + ",".join(lines) + "]")
-            except ValueError:
+            except (ValueError, RecursionError):
                 parsed = None
             if parsed is not None and len(parsed) != len(lines):
                 parsed = None
@@ -127,6 +127,8 @@ class _Channel:
                     parsed.append(json.loads(line))
                 except ValueError as err:
                     parsed.append(err)
+                except RecursionError:  # `[[[[...` deeper than the interpreter allows
+                    parsed.append(ValueError("nested too deeply"))
         events: list[dict] = []
         for raw, line, record in zip(raw_lines, lines, parsed, strict=True):
             if isinstance(record, ValueError):
@@ -149,7 +151,13 @@ class _Channel:
 
 
 async def _pump_text(batches, emit: _Emitter, pipe: str, decoder=None, channel=None) -> None:
-    """Output lines as ``line`` events; smuggled records are taken out into the channel."""
+    """Output lines as ``line`` events; smuggled records are taken out into the channel.
+
+    Secrets in the text (``--token X``, ``Authorization: Bearer X``, URL credentials) are
+    redacted here, before any sink (run files, terminal, dashboard) sees the line.
+    """
+    from milabench.events import redact_text
+
     async for lines in batches:
         events = []
         for line in lines:
@@ -163,7 +171,7 @@ async def _pump_text(batches, emit: _Emitter, pipe: str, decoder=None, channel=N
                     if not plain.strip():
                         continue
                 line = plain
-            events.append({"event": "line", "data": line, "pipe": pipe})
+            events.append({"event": "line", "data": redact_text(line), "pipe": pipe})
         emit.many(events)
 
 

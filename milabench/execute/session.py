@@ -28,13 +28,12 @@ from milabench.sinks import make_console_sink
 from milabench.sinks.runfiles import RunFileSink
 
 EXIT_INTERRUPTED = 130
+EXIT_WRITE_FAILED = 1  # a run file could not be written (disk full)
 
 
 def _option(system: dict, name: str, default: float) -> float:
-    try:
-        from milabench.config.options import get_option
-    except ImportError:
-        return default
+    from milabench.config.options import get_option
+
     value = get_option(system, name, default)
     try:
         return float(value)
@@ -190,42 +189,6 @@ async def _run(
                 pass
 
 
-def summary_lines(results: list[BenchmarkResult]) -> list[str]:
-    """Fallback report: one line per benchmark run."""
-    lines = []
-    for r in results:
-        if r.status == "ran" or r.status == "interrupted":
-            codes = ", ".join(
-                f"{o.tag}={o.return_code}" + (" (early stop)" if o.early_stop else "")
-                for o in r.outcomes
-            )
-            verdict = "ok" if r.succeeded else "FAILED"
-            lines.append(f"{r.tag:<30} {verdict:<8} {codes}")
-        else:
-            lines.append(f"{r.tag:<30} {r.status:<8} {r.reason or ''}")
-    return lines
-
-
-def fallback_verdict(results: list[BenchmarkResult]) -> tuple[str, int, str | None]:
-    """(verdict, exit code, why) without `milabench.report`: something must have run.
-
-    Only used when the report package cannot be imported; it keeps the rule that an
-    empty or all-skipped run fails and says why.
-    """
-    ran = [r for r in results if r.status not in ("skipped", "resumed")]
-    if not ran:
-        skipped = [r.tag for r in results if r.status == "skipped"]
-        why = (
-            "every selected benchmark was skipped: " + ", ".join(skipped)
-            if skipped
-            else "no benchmark ran"
-        )
-        return "FAIL", 1, f"nothing was measured: {why}"
-    if all(r.succeeded for r in results):
-        return "PASS", 0, None
-    return "FAIL", 1, None
-
-
 REPORT_FILES = {"report.json": "json", "report.md": "markdown"}
 
 
@@ -250,22 +213,12 @@ def print_report(
     The report is built even when no `.data` file was written (an empty or fully
     excluded selection): it then says that nothing was measured, and why, and fails.
     """
-    try:
-        from milabench.report import build_report, render
-    except ImportError:
-        build_report = None
-    if build_report is not None:
-        report = build_report([run_dir], entries=suite.entries, validations=validations or None)
-        out.write(render(report, "text").rstrip("\n") + "\n")
-        write_report_files(report, run_dir, render)
-        return report.exit_code
-    for line in summary_lines(results):
-        out.write(line + "\n")
-    verdict, code, why = fallback_verdict(results)
-    out.write(f"Verdict: {verdict} (exit code {code})\n")
-    if why:
-        out.write(f"  - {why}\n")
-    return code
+    from milabench.report import build_report, render
+
+    report = build_report([run_dir], entries=suite.entries, validations=validations or None)
+    out.write(render(report, "text").rstrip("\n") + "\n")
+    write_report_files(report, run_dir, render)
+    return report.exit_code
 
 
 def run_session(
@@ -302,4 +255,8 @@ def run_session(
     if interrupts.signum:
         print("milabench: interrupted", file=sys.stderr)
         return interrupts.exit_code()
+    if files.write_error is not None:
+        # The machine's fault (a full disk): the files keep their complete lines only.
+        print(f"milabench: error: {files.write_error}", file=sys.stderr)
+        return code or EXIT_WRITE_FAILED
     return code

@@ -112,10 +112,8 @@ def _source_benchkit_hash() -> str:
 
 
 def unmet_requirement(entry: dict, system: dict) -> str | None:
-    try:
-        from milabench.config.capabilities import unmet_requirement as check
-    except ImportError:
-        return None
+    from milabench.config.capabilities import unmet_requirement as check
+
     return check(entry, system)
 
 

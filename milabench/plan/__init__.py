@@ -9,7 +9,7 @@ multi-node) with `register_method` without editing this file.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from milabench.errors import ConfigError
 from milabench.plan.nodes import (
@@ -25,8 +25,15 @@ from milabench.plan.nodes import (
 )
 from milabench.plan.spec import ProcessSpec
 
-if TYPE_CHECKING:
-    from milabench.pack import BenchmarkPackage
+
+class BenchmarkPackage(Protocol):
+    """What a builder needs of a benchmark: `milabench.pack.BenchmarkPackage` has it
+    (a protocol, so that this package does not import `milabench.pack`, which uses it)."""
+
+    entry: dict
+
+    def command_node(self) -> PlanNode: ...
+
 
 __all__ = [
     "Fixed",
@@ -101,7 +108,7 @@ def _per_gpu(pack: BenchmarkPackage) -> PlanNode:
 
 def _njobs(pack: BenchmarkPackage) -> PlanNode:
     n = (pack.entry.get("plan") or {}).get("n", 1)
-    return NJobs(pack.command_node(), int(n))
+    return NJobs(pack.command_node(), n)
 
 
 def _torchrun(pack: BenchmarkPackage) -> PlanNode:

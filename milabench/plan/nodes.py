@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from milabench.errors import ConfigError
 from milabench.plan.environment import benchmark_env, device_indices, gpu_count, venv_bin
 from milabench.plan.spec import ProcessSpec
 
@@ -226,7 +227,7 @@ class NJobs(PlanNode):
         self.inner = inner
         self.entry = inner.entry
         self.system = inner.system
-        self.n = int(n)
+        self.n = plan_count(self.entry, "n", n)
 
     def specs(self, device: int | None = None) -> list[ProcessSpec]:
         out = []
@@ -235,11 +236,31 @@ class NJobs(PlanNode):
         return out
 
 
+def plan_count(entry: dict, key: str, value: Any) -> int:
+    """``plan.<key>`` (``n``, ``nproc``) as a whole number >= 1, else a `ConfigError`
+    naming the entry (validation catches this at load time; this guards direct callers)."""
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value)
+    if number is not None and number >= 1:
+        return number
+    raise ConfigError.at(
+        entry.get("config_file"),
+        entry.get("name"),
+        f"plan.{key}",
+        f"expected a whole number >= 1, not {value!r}",
+    )
+
+
 def default_nproc(entry: dict, system: dict) -> int:
     """Workers per node: ``plan.nproc`` if set, else the device count, else 2 on CPU."""
     nproc = (entry.get("plan") or {}).get("nproc")
-    if nproc:
-        return int(nproc)
+    if nproc is not None:
+        return plan_count(entry, "nproc", nproc)
     return gpu_count(system) or 2
 
 
@@ -263,7 +284,11 @@ class TorchRun(PlanNode):
         self.inner = inner
         self.entry = inner.entry
         self.system = inner.system
-        self.nproc = int(nproc) if nproc else default_nproc(self.entry, self.system)
+        self.nproc = (
+            plan_count(self.entry, "nproc", nproc)
+            if nproc is not None
+            else default_nproc(self.entry, self.system)
+        )
         self.executable = str(executable or venv_bin(self.entry) / "torchrun")
         self.standalone = standalone
         self.extra_args = list(extra_args or [])

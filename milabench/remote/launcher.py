@@ -28,7 +28,14 @@ from milabench.execute.cleanup import TOKEN_VAR
 from milabench.execute.launcher import Launcher, ProcessHandle
 from milabench.remote.docker import docker_wrap
 from milabench.remote.nodes import node_label
-from milabench.remote.ssh import PGID_PREFIX, ConnectionPool, remote_command, shared_pool
+from milabench.remote.ssh import (
+    PGID_PREFIX,
+    WRITE_ENV_FILE,
+    ConnectionPool,
+    env_script,
+    remote_command,
+    shared_pool,
+)
 
 _EOF = None
 SIGNAL_TIMEOUT = 5.0  # seconds for one remote kill round trip
@@ -276,12 +283,21 @@ class SSHLauncher(Launcher):
         self.system = system or {}
         self.pool = pool or shared_pool(self.system)
 
-    def command_for(self, spec, token: str | None = None) -> str:
-        """The remote shell command for ``spec`` (docker-wrapped if the system says so)."""
+    def env_for(self, spec, token: str | None = None) -> dict[str, str]:
+        """The variables of the remote process (sent in an env file, never in argv)."""
         env = {str(k): str(v) for k, v in spec.env.items()}
         env["DATA_FD"] = "1"
         if token:
             env[TOKEN_VAR] = token
+        return env
+
+    def command_for(self, spec, token: str | None = None, env_file: str | None = None) -> str:
+        """The remote shell command for ``spec`` (docker-wrapped if the system says so).
+
+        No value of the environment is in it: ``env_file`` (written on the node by
+        `start` from `env_for`) is sourced and removed first; docker gets names only.
+        """
+        env = self.env_for(spec, token)
         argv = list(spec.argv)
         image = self.system.get("docker_image")
         if image:
@@ -293,8 +309,8 @@ class SSHLauncher(Launcher):
                 cwd=spec.cwd,
                 arch=self.system.get("arch"),
             )
-            return remote_command(argv, {}, None)
-        command = remote_command(argv, env, spec.cwd)
+            return remote_command(argv, {}, None, env_file=env_file)
+        command = remote_command(argv, {}, spec.cwd, env_file=env_file)
         definition = (spec.entry or {}).get("definition")
         if spec.cwd and isinstance(definition, str) and spec.cwd != definition:
             # a ``working_dir`` outside the synced code folder may not exist on the node
@@ -307,14 +323,33 @@ class SSHLauncher(Launcher):
             raise ValueError(f"{spec.name}: no node to run on")
         conn = await self.pool.connect(node)
         token = uuid.uuid4().hex
-        command = self.command_for(spec, token)
+        env_file = None
         try:
+            # The variables go to a 0600 file on the node through this channel's stdin,
+            # so that no value is on a command line there (``ps`` shows argv to all).
             # Bounded: an unresponsive sshd behind a live TCP connection would otherwise
             # never answer the channel request, and the run would wait here for good.
+            written = await asyncio.wait_for(
+                conn.run(WRITE_ENV_FILE, input=env_script(self.env_for(spec, token))),
+                START_TIMEOUT,
+            )
+            env_file = str(written.stdout or "").strip()
+            if written.exit_status != 0 or not env_file:
+                raise NodeError(
+                    f"cannot write the environment file ({str(written.stderr or '').strip()})"
+                )
+            command = self.command_for(spec, token, env_file)
             process = await asyncio.wait_for(
                 conn.create_process(command, encoding="utf-8", errors="replace"), START_TIMEOUT
             )
         except Exception as err:
+            if env_file:
+                try:
+                    await asyncio.wait_for(
+                        conn.run(f"rm -f -- {shlex.quote(env_file)}"), SIGNAL_TIMEOUT
+                    )
+                except Exception:
+                    pass
             why = f"no answer in {START_TIMEOUT:g} s" if isinstance(err, TimeoutError) else err
             raise NodeError(f"node {node_label(node)}: cannot start {spec.name}: {why}") from err
         return RemoteHandle(

@@ -12,36 +12,18 @@ like a remote one, so two explicit switches override the detection:
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
+
+from milabench.config.options import get_option as _get_option
+from milabench.config.system import is_local
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_RDZV_PORT = 29400
 
 
 def get_option(system: dict | None, key: str, default: Any) -> Any:
-    """The option tree lookup of the contract (env > system.options > default).
-
-    Uses `milabench.config.options.get_option` (the single implementation); the local
-    fallback only exists so that this module keeps working while that one is absent.
-    """
-    try:
-        from milabench.config.options import get_option as _get
-    except ImportError:  # pragma: no cover - only before the config package exists
-        _get = None
-    if _get is not None:
-        return _get(system or {}, key, default)
-    env = os.environ.get("MILABENCH_" + key.replace(".", "_").upper())
-    if env is not None:
-        import yaml
-
-        return yaml.safe_load(env) if env != "" else env
-    node: Any = (system or {}).get("options") or {}
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
+    """The option tree lookup of the contract (env > system.options > default)."""
+    return _get_option(system or {}, key, default)
 
 
 def node_label(node: dict) -> str:
@@ -65,24 +47,7 @@ def main_node(system: dict) -> dict:
 
 
 def _address_is_this_machine(node: dict) -> bool:
-    try:
-        from milabench.config.system import is_local as _is_local
-    except ImportError:  # pragma: no cover - only before the config package exists
-        _is_local = None
-    if _is_local is not None:
-        return bool(_is_local(node))
-    ip = str(node.get("ip") or "")
-    if ip.startswith("127.") or ip in ("::1", "localhost"):
-        return True
-    if node.get("name") == socket.gethostname():
-        return True
-    try:
-        import psutil
-
-        addrs = {a.address for lst in psutil.net_if_addrs().values() for a in lst}
-    except Exception:
-        addrs = set()
-    return ip in addrs
+    return bool(is_local(node))
 
 
 def force_ssh_mode() -> str:

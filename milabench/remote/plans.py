@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from milabench.config.options import checked_number
 from milabench.errors import ConfigError
 from milabench.plan import (
     PlanNode,
@@ -25,10 +26,9 @@ from milabench.plan import (
     Wrapper,
     register_method,
 )
-from milabench.plan.nodes import default_nproc
+from milabench.plan.nodes import default_nproc, plan_count
 from milabench.remote.nodes import (
     DEFAULT_RDZV_PORT,
-    get_option,
     main_node,
     runs_locally,
 )
@@ -70,7 +70,7 @@ def select_nodes(entry: dict, system: dict) -> list[dict]:
 
 
 def rendezvous_port(system: dict) -> int:
-    return int(get_option(system, "multinode.port", DEFAULT_RDZV_PORT))
+    return int(checked_number(system, "multinode.port", DEFAULT_RDZV_PORT))
 
 
 def _program(argv: list[str]) -> tuple[list[str], bool]:
@@ -87,7 +87,11 @@ class MultiNodeLauncher(Wrapper):
         super().__init__(inner)
         self.executable = executable
         self.nodes = select_nodes(self.entry, self.system)
-        self.nproc = int(nproc) if nproc else default_nproc(self.entry, self.system)
+        self.nproc = (
+            plan_count(self.entry, "nproc", nproc)
+            if nproc is not None
+            else default_nproc(self.entry, self.system)
+        )
         self.port = rendezvous_port(self.system)
         self.main_ip = str(self.nodes[0]["ip"])
 

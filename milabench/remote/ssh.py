@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from milabench.config.options import checked_number
 from milabench.errors import NodeError
 from milabench.remote.nodes import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -49,12 +50,28 @@ def quote_env(env: Mapping[str, str]) -> list[str]:
     return words
 
 
+# Run on the node with the environment script on stdin: a new 0600 file (mktemp creates
+# it so, umask 077 covers a mktemp that would not), whose path is printed back.
+WRITE_ENV_FILE = 'umask 077 && f=$(mktemp) && cat > "$f" && echo "$f"'
+
+
+def env_script(env: Mapping[str, str]) -> str:
+    """``K='V'`` lines for the remote shell to source (names checked, values quoted).
+
+    This text travels on the SSH channel's standard input (`WRITE_ENV_FILE`), never on a
+    command line: values (``MILABENCH_CONFIG``, tokens of ``env:``) must not show in
+    ``ps`` on the node.
+    """
+    return "".join(word + "\n" for word in quote_env(env))
+
+
 def remote_command(
     argv: Sequence[str],
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     *,
     new_group: bool = True,
+    env_file: str | None = None,
 ) -> str:
     """The one string sent to the remote shell for ``argv`` with ``env`` in ``cwd``.
 
@@ -62,8 +79,17 @@ def remote_command(
     as the leader of a new session (``setsid -w``: the ssh channel still gets its exit
     status), and first prints ``@milabench-remote-pgid <pgid>`` on standard output so that
     the launcher can signal the whole remote group later; the launcher strips that line.
+
+    With ``env_file`` (a file written by `WRITE_ENV_FILE` from `env_script`), the shell
+    first sources it with every variable exported (``set -a``) and removes it, so that the
+    values reach the process through its environment, not its command line; ``env`` should
+    then hold nothing secret (values given there are on the command line).
     """
     parts: list[str] = []
+    if env_file:
+        path = shlex.quote(str(env_file))
+        parts += ["set", "-a", "&&", ".", path, "&&", "set", "+a", "&&"]
+        parts += ["rm", "-f", "--", path, "&&"]
     if cwd:
         parts += ["cd", shlex.quote(str(cwd)), "&&"]
     inner = ["env", *quote_env(env or {}), *(shlex.quote(str(a)) for a in argv)]
@@ -84,7 +110,7 @@ class SSHSettings:
     def __init__(self, system: dict | None) -> None:
         system = system or {}
         self.connect_timeout = float(
-            get_option(system, "ssh.connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+            checked_number(system, "ssh.connect_timeout", DEFAULT_CONNECT_TIMEOUT)
         )
         self.strict = bool(get_option(system, "ssh.strict_host_key_checking", True))
         known = get_option(system, "ssh.known_hosts", None)

@@ -293,8 +293,14 @@ def render_csv(report: Report) -> str:
     return buf.getvalue()
 
 
+# Version of the report JSON (docs/reports.md "Formats and versions"): 1 = reports without
+# the `schema_version` key (written before versioning), 2 = the key is written.
+REPORT_SCHEMA_VERSION = 2
+
+
 def report_dict(report: Report) -> dict[str, Any]:
     return {
+        "schema_version": REPORT_SCHEMA_VERSION,
         "sources": [str(s) for s in report.sources],
         "system": report.system,
         "benchmarks": breakdown_rows(report),
@@ -322,3 +328,44 @@ def report_dict(report: Report) -> dict[str, Any]:
 
 def render_json(report: Report) -> str:
     return json.dumps(report_dict(report), indent=2) + "\n"
+
+
+def check_report_schema(data: Any, source: object) -> dict[str, Any]:
+    """A report JSON read back (`source` names it): refused when newer than this reader.
+
+    Reports without `schema_version` are version 1; every version up to
+    `REPORT_SCHEMA_VERSION` is accepted. The error is one line (`UsageError`, exit 2).
+    """
+    from milabench.errors import UsageError
+
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: not a milabench report (a JSON object is expected)")
+    version = data.get("schema_version", 1)
+    valid = isinstance(version, int) and not isinstance(version, bool) and version >= 1
+    if not valid:
+        raise UsageError(
+            f"{source}: schema version {version!r} is not one this milabench reads"
+            f" (1 to {REPORT_SCHEMA_VERSION})"
+        )
+    if version > REPORT_SCHEMA_VERSION:
+        raise UsageError(
+            f"{source}: schema version {version} is newer than this milabench reads"
+            f" ({REPORT_SCHEMA_VERSION}): upgrade milabench"
+        )
+    return data
+
+
+def load_report_json(path: Any) -> dict[str, Any]:
+    """Read a report JSON file (`milabench report --format json`, a run's `report.json`)."""
+    from pathlib import Path
+
+    from milabench.errors import UsageError
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    return check_report_schema(data, path)

@@ -10,8 +10,12 @@ History queries give the recent values of one benchmark on one machine, and flag
 more than `k` standard deviations away from the mean of the values before them;
 `Store.series` gives every stored point of one benchmark for `milabench history`.
 
-Columns added after the first release (`MIGRATIONS`) are added in place to older stores
-when they are opened (`ALTER TABLE ... ADD COLUMN`, rows kept, NULL in the old rows).
+The store carries its schema version in ``mb_meta`` (``key = 'schema_version'``); a store
+without it is version 1. Opening an older store migrates it in place, one version step at
+a time (`STEPS`), and records the new version; a store with a newer version than
+`STORE_SCHEMA_VERSION` is refused with one line (docs/reports.md "Formats and versions").
+Version 1: the first tables; version 2: the history columns (`MIGRATIONS`, added with
+``ALTER TABLE ... ADD COLUMN``, rows kept, NULL in the old rows).
 """
 
 from __future__ import annotations
@@ -47,8 +51,12 @@ SCHEMA = [
         value DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, bench, seq))""",
 ]
 
-# Columns added since the first schema: (table, column, SQL type). A store made before
-# gets them on open; `commit` is a keyword in SQLite, so it is always quoted.
+# The schema version this code writes and reads (older stores are migrated on open).
+STORE_SCHEMA_VERSION = 2
+META_TABLE = 'CREATE TABLE IF NOT EXISTS mb_meta ("key" TEXT PRIMARY KEY, "value" TEXT)'
+
+# Columns of schema version 2 (the history feature): (table, column, SQL type). A version 1
+# store gets them on open; `commit` is a keyword in SQLite, so it is always quoted.
 MIGRATIONS = [
     ("mb_runs", "commit", "TEXT"),  # git commit of the benchmarked code (meta record)
     ("mb_runs", "suite", "TEXT"),  # file name of the run's suite (config record)
@@ -199,13 +207,61 @@ class Store:
             self.db = _Sqlite(Path(url))
         else:
             self.db = _SqlAlchemy(url)
+        try:
+            with self.db.transaction() as conn:
+                self.db.run(conn, META_TABLE)
+            version = self.schema_version()
+            if version is not None and version > STORE_SCHEMA_VERSION:
+                raise UsageError(
+                    f"store {_safe(url)}: schema version {version} is newer than this"
+                    f" milabench reads ({STORE_SCHEMA_VERSION}): upgrade milabench"
+                )
+            with self.db.transaction() as conn:
+                for stmt in SCHEMA:
+                    self.db.run(conn, stmt)
+            for step in range((version or 1) + 1, STORE_SCHEMA_VERSION + 1):
+                STEPS[step](self)
+            if version != STORE_SCHEMA_VERSION:
+                self._set_version(STORE_SCHEMA_VERSION)
+        except BaseException:
+            self.db.close()
+            raise
+
+    def schema_version(self) -> int | None:
+        """The version recorded in ``mb_meta`` (None: none recorded, a version 1 store or
+        a new one)."""
         with self.db.transaction() as conn:
-            for stmt in SCHEMA:
-                self.db.run(conn, stmt)
-        self._migrate()
+            rows = self.db.run(
+                conn, """SELECT "value" FROM mb_meta WHERE "key" = 'schema_version'"""
+            )
+        if not rows:
+            return None
+        try:
+            return int(rows[0][0])
+        except (TypeError, ValueError):
+            raise UsageError(
+                f"store {_safe(self.url)}: schema version {rows[0][0]!r} is not a number"
+            ) from None
+
+    def _set_version(self, version: int) -> None:
+        params = {"v": str(version)}
+        update = """UPDATE mb_meta SET "value" = :v WHERE "key" = 'schema_version'"""
+        try:
+            with self.db.transaction() as conn:
+                if self.db.run(conn, """SELECT 1 FROM mb_meta WHERE "key" = 'schema_version'"""):
+                    self.db.run(conn, update, params)
+                else:
+                    self.db.run(
+                        conn,
+                        """INSERT INTO mb_meta ("key", "value") VALUES ('schema_version', :v)""",
+                        params,
+                    )
+        except Exception:  # another process recorded it meanwhile
+            with self.db.transaction() as conn:
+                self.db.run(conn, update, params)
 
     def _migrate(self) -> None:
-        """Add the `MIGRATIONS` columns a store made by an older version lacks."""
+        """Version 1 -> 2: add the `MIGRATIONS` columns a store made before lacks."""
         with self.db.transaction() as conn:
             have = {t: self.db.columns(conn, t) for t in ("mb_runs", "mb_results")}
         added = []
@@ -427,6 +483,10 @@ class Store:
                 n=int(n or 0), fail=int(fail or 0), units=units,
             ))  # fmt: skip
         return out
+
+
+# Migration steps: STEPS[v] brings a version v-1 store to version v (in place, idempotent).
+STEPS = {2: Store._migrate}
 
 
 @dataclass

@@ -68,7 +68,9 @@ def test_cpu_fast_suite_runs_and_passes(tmp_path):
             for e in read_events(data)
             if e["event"] == "data" and e["data"].get("task") == "train" and "rate" in e["data"]
         ]
-        assert len(rates) >= 3, data.name  # min_observations: 3 in cpu-fast.yaml
+        # At least one: min_observations (3 in cpu-fast.yaml) is a warning, not a failure,
+        # and a slow or loaded machine fits fewer steps of bert in the same 2 s window.
+        assert len(rates) >= 1, data.name
         assert all(r["rate"] > 0 for r in rates)
         seen.add(name)
     assert seen == benches

@@ -111,3 +111,33 @@ def test_index_credentials_stay_out_of_command_lines(tmp_path):
         "--index-url",
         "https://pypi.example/simple",
     ]
+
+
+def test_index_strategy_only_with_several_sources():
+    from milabench.envs.pipconf import PipSettings
+
+    # PyPI alone (or one replacing index): nothing to choose between, no option
+    assert PipSettings().index_strategy_args(None) == []
+    assert PipSettings(index_url="https://idx/simple").index_strategy_args(None) == []
+    assert PipSettings(no_index=True, find_links=["/w"]).index_strategy_args(None) == []
+    # an extra index or a find-links folder beside the default index: pip's behaviour
+    best = ["--index-strategy", "unsafe-best-match"]
+    assert PipSettings(extra_index_urls=["file:///x"]).index_strategy_args(None) == best
+    assert PipSettings(find_links=["/w"]).index_strategy_args(None) == best
+    # a constraint file's directive counts as a source too
+    directive = ["--extra-index-url", "https://download.pytorch.org/whl/cu128"]
+    assert PipSettings().index_strategy_args(None, directive) == best
+    # an explicit install.index_strategy is always passed
+    assert PipSettings().index_strategy_args("first-index") == ["--index-strategy", "first-index"]
+
+
+def test_compile_argv_has_index_strategy_only_when_needed(tmp_path):
+    from milabench.envs.pin import compile_argv
+    from milabench.envs.pipconf import PipSettings
+
+    plain = compile_argv(["r.in"], tmp_path / "o", [], [], PipSettings(), "cpu", None)
+    assert "--index-strategy" not in plain
+    many = compile_argv(
+        ["r.in"], tmp_path / "o", [], [], PipSettings(find_links=["/w"]), "cpu", None
+    )
+    assert many[many.index("--index-strategy") + 1] == "unsafe-best-match"

@@ -81,7 +81,7 @@ def test_docker_wrap_command_line():
     assert argv == [
         "docker", "run", "--rm", "--network", "host", "--ipc", "host", "--gpus", "all",
         "-v", "/data/mb:/data/mb", "-w", "/data/mb/code",
-        "-e", "A=1", "-e", "B=x y",
+        "-e", "A", "-e", "B",
         "ghcr.io/org/milabench:cuda", "python", "main.py", "--x", "a b",
     ]  # fmt: skip
     rocm = docker_wrap(["true"], {}, image="img", base=None, arch="rocm")
@@ -113,7 +113,12 @@ def test_ssh_launcher_wraps_remote_command_in_docker():
         "all",
     ]
     assert ["-v", "/base:/base"] == docker[9:11]
-    assert "SECRET_TOKEN=it's" in docker and "X=$y" in docker and "DATA_FD=1" in docker
+    # names only: docker copies the values from the environment the env file set
+    assert ["-e", "SECRET_TOKEN"] in [docker[i : i + 2] for i in range(len(docker))]
+    assert "DATA_FD" in docker and "X" in docker
+    command = SSHLauncher(system).command_for(spec, env_file="/tmp/tmp.abc")
+    assert "it's" not in command and "$y" not in command
+    assert shlex.split(command)[:5] == ["set", "-a", "&&", ".", "/tmp/tmp.abc"]
     assert docker[-4:] == ["img:tag", "/base/venv/torch/bin/torchrun", "--nnodes=2", "main.py"]
 
 

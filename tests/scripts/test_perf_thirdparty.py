@@ -33,16 +33,14 @@ def test_quick_round_on_sine(tmp_path):
     assert list(results["scripts"]) == ["sine"]
     sine = results["scripts"]["sine"]
     for way in ("cpu", "wall"):
-        for key in (
-            "bare_work_s",
-            "instrumented_work_s",
-            "overhead_pct",
-            "overhead_pct_min",
-            "overhead_pct_max",
-            "bare_startup_s",
-            "instrumented_startup_s",
-        ):
+        for key in ("bare_work_s", "instrumented_work_s", "bare_startup_s",
+                    "instrumented_startup_s"):  # fmt: skip
             assert math.isfinite(sine[way][key]), (way, key)
+        # a percentage of no work is undefined: --quick work can drown in start-up noise
+        # on a loaded machine (full minus near-zero run <= 0), and the harness says NaN
+        for key in ("overhead_pct", "overhead_pct_min", "overhead_pct_max"):
+            value = sine[way][key]
+            assert math.isfinite(value) or min(sine[way]["bare_work_all"]) <= 0, (way, key)
     accounted = sine["accounted"]
     for key in ("fraction_pct", "per_step_us", "step_ms", "steps"):
         assert math.isfinite(accounted[key]), key

@@ -1,0 +1,138 @@
+"""Faults of the machine, not of a benchmark (issue 17): an unwritable --base, a report
+written into a missing folder, a disk that fills up during a run. Each is one line
+naming the path, never a traceback, and leaves nothing running. Real `milabench`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from milabench.events import read_events
+
+from .conftest import BENCHMARKS, MARK_VAR
+
+SUITE = f"""
+_defaults:
+  weight: 1
+  plan: {{method: njobs}}
+  env:
+    {MARK_VAR}: "${{oc.env:{MARK_VAR},none}}"
+noop:
+  definition: {BENCHMARKS}/noop
+diskfill:
+  definition: {BENCHMARKS}/diskfill
+"""
+
+
+def milabench(tmp_path: Path, *args: str, mark: str = "none") -> subprocess.CompletedProcess:
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MILABENCH_")}
+    env.update(MILABENCH_DASH="no", **{MARK_VAR: mark})
+    cmd = [sys.executable, "-m", "milabench", *args, "--config", str(suite)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def leftovers(mark: str) -> list[psutil.Process]:
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(MARK_VAR) == mark:
+                out.append(proc)
+        except (psutil.Error, OSError):
+            pass
+    return out
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """Mount a tmpfs for the test (options given to the returned function); unmounted
+    at the end. Skips when mounting is not allowed here."""
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        where = tmp_path / f"mnt{len(mounted)}"
+        where.mkdir()
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.mark.parametrize("command", ["run", "install", "prepare"])
+def test_base_under_a_file_is_one_line(tmp_path: Path, command: str):
+    (tmp_path / "afile").write_text("")
+    base = tmp_path / "afile" / "base"
+    proc = milabench(tmp_path, command, "--base", str(base), "--use-current-env")
+    assert proc.returncode == 2, proc.stderr
+    assert one_error_line(proc) == (
+        f"milabench: error: --base {base}: cannot create runs: Not a directory"
+    )
+
+
+def test_read_only_base_is_one_line(tmp_path: Path, tmpfs):
+    base = tmpfs("ro,size=1m") / "base"
+    proc = milabench(tmp_path, "run", "--base", str(base), "--use-current-env")
+    assert proc.returncode == 2, proc.stderr
+    assert one_error_line(proc) == (
+        f"milabench: error: --base {base}: cannot create runs: Read-only file system"
+    )
+
+
+@pytest.mark.slow
+def test_report_output_into_a_missing_folder(tmp_path: Path):
+    base = tmp_path / "base"
+    proc = milabench(tmp_path, "run", "--base", str(base), "--use-current-env",
+                     "--select", "noop")  # fmt: skip
+    assert (base / "runs").is_dir(), proc.stderr  # noop measures nothing: a failed run
+    out = tmp_path / "new" / "deeper" / "report.md"
+    proc = milabench(tmp_path, "report", "--base", str(base), "--output", str(out))
+    assert out.is_file() and out.read_text()
+    assert f"created folder {out.parent} for --output" in proc.stderr
+    (tmp_path / "afile").write_text("")
+    bad = tmp_path / "afile" / "report.md"
+    proc = milabench(tmp_path, "report", "--base", str(base), "--output", str(bad))
+    assert proc.returncode == 2
+    assert one_error_line(proc) == (
+        f"milabench: error: --output {bad}: {bad.parent} is not a folder"
+    )
+
+
+@pytest.mark.slow
+def test_full_disk_during_a_run(tmp_path: Path, tmpfs):
+    base = tmpfs("size=2m")
+    mark = f"faults-{uuid.uuid4().hex}"
+    proc = milabench(tmp_path, "run", "--base", str(base), "--use-current-env",
+                     "--select", "diskfill", mark=mark)  # fmt: skip
+    assert proc.returncode != 0
+    line = one_error_line(proc)
+    assert line.startswith("milabench: error: cannot write ") and line.endswith(
+        "diskfill.0.data: No space left on device"
+    ), proc.stderr
+    [run_dir] = (base / "runs").iterdir()
+    data = run_dir / "diskfill.0.data"
+    events = list(read_events(data))  # every line that stayed is a whole JSON line
+    assert len(events) > 10 and data.read_bytes().endswith(b"\n")
+    assert not leftovers(mark)
