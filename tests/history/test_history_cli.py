@@ -173,21 +173,7 @@ def test_notify_failure_is_a_warning(runs: NightlyRuns):
         assert secret not in proc.stderr and secret not in proc.stdout
 
 
-OLD_SCHEMA = [  # mb_runs and mb_results as the first release made them
-    """CREATE TABLE mb_runs (
-        run_id TEXT PRIMARY KEY, name TEXT NOT NULL, content_hash TEXT NOT NULL,
-        machine TEXT, started DOUBLE PRECISION, imported DOUBLE PRECISION,
-        source TEXT, meta TEXT)""",
-    """CREATE TABLE mb_results (
-        run_id TEXT NOT NULL, bench TEXT NOT NULL, machine TEXT, started DOUBLE PRECISION,
-        n INTEGER, fail INTEGER, ngpu INTEGER, perf DOUBLE PRECISION,
-        std DOUBLE PRECISION, sem DOUBLE PRECISION, median DOUBLE PRECISION,
-        score DOUBLE PRECISION, weight DOUBLE PRECISION, units TEXT, reason TEXT,
-        PRIMARY KEY (run_id, bench))""",
-    """CREATE TABLE mb_samples (
-        run_id TEXT NOT NULL, bench TEXT NOT NULL, seq INTEGER NOT NULL,
-        value DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, bench, seq))""",
-]
+from store_schemas import V1_SCHEMA as OLD_SCHEMA  # noqa: E402  (first release)
 
 
 def test_old_store_is_migrated_in_place(runs: NightlyRuns, tmp_path: Path):

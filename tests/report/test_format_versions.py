@@ -148,21 +148,7 @@ def test_report_json_versions_read_back(tmp_path: Path):
 
 
 # -- store ------------------------------------------------------------------------------
-V1_SCHEMA = [
-    """CREATE TABLE mb_runs (
-        run_id TEXT PRIMARY KEY, name TEXT NOT NULL, content_hash TEXT NOT NULL,
-        machine TEXT, started DOUBLE PRECISION, imported DOUBLE PRECISION,
-        source TEXT, meta TEXT)""",
-    """CREATE TABLE mb_results (
-        run_id TEXT NOT NULL, bench TEXT NOT NULL, machine TEXT, started DOUBLE PRECISION,
-        n INTEGER, fail INTEGER, ngpu INTEGER, perf DOUBLE PRECISION,
-        std DOUBLE PRECISION, sem DOUBLE PRECISION, median DOUBLE PRECISION,
-        score DOUBLE PRECISION, weight DOUBLE PRECISION, units TEXT, reason TEXT,
-        PRIMARY KEY (run_id, bench))""",
-    """CREATE TABLE mb_samples (
-        run_id TEXT NOT NULL, bench TEXT NOT NULL, seq INTEGER NOT NULL,
-        value DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, bench, seq))""",
-]
+from store_schemas import V1_SCHEMA  # noqa: E402
 
 
 def _v1_store(path: Path) -> None:
