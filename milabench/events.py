@@ -61,14 +61,13 @@ def redact(obj: Any) -> Any:
 
 # An option whose value is a secret: ``--token``, ``--hf-token``, ``--password``,
 # ``--api-key``, ``--secret``... (the last word of the name; ``--max-tokens`` is not one).
-_SECRET_FLAG = re.compile(
-    r"^--?(?:[\w-]*[-_])?(?:token|password|passwd|secret|api[-_]?key|apikey)$", re.IGNORECASE
-)
+_SECRET_OPTION = r"--?(?:[\w-]*[-_])?(?:token|password|passwd|secret|api[-_]?key|apikey)"
+_SECRET_FLAG = re.compile(rf"^{_SECRET_OPTION}$", re.IGNORECASE)
 _SECRET_OPTION_TEXT = re.compile(
-    r"(?P<flag>(?<![\w-])--?(?:[\w-]*[-_])?(?:token|password|passwd|secret|api[-_]?key|apikey))"
-    r"(?P<sep>=|[ \t]+)(?P<value>(?!-)[^\s\"',;]+)",
+    rf"(?P<flag>(?<![\w-]){_SECRET_OPTION})(?P<sep>=|[ \t]+)(?P<value>(?!-)[^\s\"',;]+)",
     re.IGNORECASE,
 )
+_TEXT_WORDS = ("token", "passw", "secret", "key")  # cheap test before the regex
 _AUTH_HEADER = re.compile(
     r"(?P<head>\b(?:proxy-)?authorization\s*:\s*(?:(?:bearer|basic|token|digest)\s+)?)"
     r"(?P<value>[^\s\"',;]+)",
@@ -92,9 +91,6 @@ def redact_text(text: str) -> str:
     if "authorization" in lowered:
         text = _AUTH_HEADER.sub(lambda m: m.group("head") + REDACTED, text)
     return text
-
-
-_TEXT_WORDS = ("token", "passw", "secret", "key")
 
 
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:]+(:[^/@\s]*)?@")

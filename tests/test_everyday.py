@@ -8,31 +8,18 @@ given to `--runs`, `report.json`/`report.md` written by `milabench run`, `milabe
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import milabench
 
 HERE = Path(__file__).parent
 SUITE = HERE / "report" / "suite.yaml"
 SLEEPY = HERE / "report" / "benchmarks" / "sleepy"
 # Names in the opposite order of their start: the latest is found by time, not by name.
 RUNS = ("zz-first", "mm-second", "aa-third")
-
-
-def milabench(*args: str, env: dict | None = None, timeout: int = 180):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MILABENCH_")}
-    return subprocess.run(
-        [sys.executable, "-m", "milabench", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=timeout,
-        env={**full_env, "MILABENCH_DASH": "no", **(env or {})},
-    )
 
 
 def real_run(base: Path, name: str, *extra: str) -> subprocess.CompletedProcess:

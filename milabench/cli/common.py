@@ -207,16 +207,13 @@ def _is_log_folder(folder: Path) -> bool:
 
 def _start_event_time(path: Path) -> float | None:
     """The `start` event's time, within the first lines of a `.data` file."""
-    import json
+    from milabench.events import decode
 
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for _, line in zip(range(20), f, strict=False):
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(ev, dict) and ev.get("event") == "start":
+                ev = decode(line)
+                if ev is not None and ev["event"] == "start":
                     data = ev.get("data")
                     t = data.get("time") if isinstance(data, dict) else None
                     return float(t) if isinstance(t, int | float) else None
@@ -268,7 +265,6 @@ def _no_run(where: Path) -> str:
 
 def latest_runs(args: argparse.Namespace, count: int, command: str) -> list[Path]:
     """The `count` latest runs under `<base>/runs` (oldest first), said on stderr."""
-    import sys
 
     from milabench.errors import UsageError
 
@@ -281,15 +277,25 @@ def latest_runs(args: argparse.Namespace, count: int, command: str) -> list[Path
             f"{command}: only one run under {where} ({runs[0].name}); give two run folders"
         )
     chosen = runs[-count:]
-    if count == 1:
-        print(f"milabench: {command} of {chosen[0]} (latest run under {where})", file=sys.stderr)
+    _announce(command, chosen, where)
+    return chosen
+
+
+def _announce(
+    command: str, chosen: list[Path], where: Path, also: str = "", phrase: str | None = None
+) -> None:
+    """Say on stderr which run(s) a command picked by itself, and from where."""
+    import sys
+
+    if len(chosen) == 1:
+        what = f"latest run under {where}{also}"
+        print(f"milabench: {phrase or command + ' of'} {chosen[0]} ({what})", file=sys.stderr)
     else:
         print(
             f"milabench: {command} {chosen[0]} (A) with {chosen[1]} (B): "
-            f"the two latest runs under {where}",
+            f"the two latest runs under {where}{also}",
             file=sys.stderr,
         )
-    return chosen
 
 
 def expand_run_folder(
@@ -298,7 +304,6 @@ def expand_run_folder(
     """A run folder as given; a folder holding runs (`<base>/runs`, or the base): its
     latest `count` runs, said on stderr with the others it did not use. A folder with no
     run data at all is a usage error (exit 2), never an empty report."""
-    import sys
 
     from milabench.errors import UsageError
 
@@ -319,16 +324,7 @@ def expand_run_folder(
         raise UsageError(f"{command}: only one run under {where} ({runs[0].name})")
     chosen, rest = runs[-count:], runs[:-count]
     also = f"; also there: {_others(rest)}; pass one of them to choose" if rest else ""
-    if count == 1:
-        what = f"latest run under {where}"
-        phrase = phrase or f"{command} of"
-        print(f"milabench: {phrase} {chosen[0]} ({what}{also})", file=sys.stderr)
-    else:
-        print(
-            f"milabench: {command} {chosen[0]} (A) with {chosen[1]} (B): "
-            f"the two latest runs under {where}{also}",
-            file=sys.stderr,
-        )
+    _announce(command, chosen, where, also, phrase)
     return chosen
 
 

@@ -239,15 +239,8 @@ class NJobs(PlanNode):
 def plan_count(entry: dict, key: str, value: Any) -> int:
     """``plan.<key>`` (``n``, ``nproc``) as a whole number >= 1, else a `ConfigError`
     naming the entry (validation catches this at load time; this guards direct callers)."""
-    number = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, float) and value.is_integer():
-        number = int(value)
-    elif isinstance(value, str) and value.strip().isdigit():
-        number = int(value)
-    if number is not None and number >= 1:
-        return number
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value  # the rule of `config.validate` (which reports it at load time)
     raise ConfigError.at(
         entry.get("config_file"),
         entry.get("name"),

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import milabench as run_milabench
 
 from milabench.events import read_events
 
@@ -48,21 +47,8 @@ thirdparty-sine:
 """
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, MILABENCH_GPU_ARCH="cpu", MILABENCH_DASH="no")
-    for key in ("MILABENCH_CONFIG", "MILABENCH_SYSTEM", "MILABENCH_FAKE_GPUS", "DATA_FD"):
-        env.pop(key, None)
-    return env
-
-
 def milabench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "milabench", *args],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=timeout,
-    )
+    return run_milabench(*args, env={"MILABENCH_GPU_ARCH": "cpu"}, timeout=timeout)
 
 
 def test_scripts_are_the_published_ones():

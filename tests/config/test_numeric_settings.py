@@ -96,10 +96,11 @@ def test_plan_code_never_raises_a_bare_value_error():
     entry = {"name": "convnet", "config_file": "suite.yaml", "plan": {"nproc": "two"}}
     with pytest.raises(ConfigError, match=r"^suite\.yaml: convnet\.plan\.nproc: "):
         default_nproc(entry, {})
-    for bad in ("x", 0, -1, 1.5, True, None, [2]):
+    # the same rule as the load-time validation: a whole number >= 1, nothing converted
+    for bad in ("x", "3", 2.0, 0, -1, 1.5, True, None, [2]):
         with pytest.raises(ConfigError):
             plan_count(entry, "n", bad)
-    assert plan_count(entry, "n", "3") == 3 and plan_count(entry, "n", 2.0) == 2
+    assert plan_count(entry, "n", 3) == 3
 
     class Inner:
         pass

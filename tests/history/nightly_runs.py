@@ -10,12 +10,11 @@ real `milabench store import`: `drop.sqlite` (night00..night29) and `flat.sqlite
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from clirun import milabench  # noqa: F401 - the tests import it from here
 
 HERE = Path(__file__).resolve().parent
 BENCH = HERE / "benchmarks" / "paced"
@@ -31,19 +30,6 @@ paced:
     --steps: 20
     --step-ms: {STEP_MS}
 """
-
-
-def milabench(
-    *args: str, env: dict | None = None, timeout: int = 180
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "milabench", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=timeout,
-        env={**os.environ, "MILABENCH_DASH": "no", **(env or {})},
-    )
 
 
 @dataclass

@@ -7,13 +7,12 @@ one with one line (docs/reports.md "Formats and versions").
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from clirun import milabench
 
 from milabench.errors import UsageError
 from milabench.events import DATA_FORMAT_VERSION, FORMAT_KEY, read_events
@@ -30,12 +29,6 @@ from milabench.sinks.runfiles import RunFileSink
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synth import entry, write_file  # noqa: E402
-
-
-def milabench(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MILABENCH_")}
-    return subprocess.run([sys.executable, "-m", "milabench", *args], capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=120, env=env)  # fmt: skip
 
 
 def _lines(path: Path) -> list[dict]:
