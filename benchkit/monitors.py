@@ -102,20 +102,30 @@ class FakeGPUSampler:
     """The contract's fake accelerators (``MILABENCH_FAKE_GPUS=<arch>:<count>[:<MiB>]``).
 
     Values are plausible and vary over time so that dashboards and reports see motion;
-    they are clearly fake (no real device exists on a CPU-only machine).
+    they are clearly fake (no real device exists on a CPU-only machine). A fourth field
+    ``lost@N`` makes the N-th sample fail the way NVML does when a GPU falls off the bus
+    (``NVML_ERROR_GPU_IS_LOST``), so the monitor's failure path can be tested for real.
     """
 
     def __init__(self, spec: str) -> None:
         parts = spec.split(":")
         if len(parts) < 2 or not parts[1].isdigit():
-            raise ValueError(f"MILABENCH_FAKE_GPUS must be <arch>:<count>[:<MiB>], not {spec!r}")
+            raise ValueError(
+                f"MILABENCH_FAKE_GPUS must be <arch>:<count>[:<MiB>[:lost@N]], not {spec!r}"
+            )
         self.arch = parts[0]
         count = int(parts[1])
         self.total = float(parts[2]) if len(parts) > 2 and parts[2] else 81920.0
+        lost = parts[3] if len(parts) > 3 else ""
+        self.lost_at = int(lost[5:]) if lost.startswith("lost@") and lost[5:].isdigit() else 0
+        self.samples = 0
         self.keys = [str(i) for i, _ in enumerate(visible_devices(count))]
         self._t0 = time.monotonic()
 
     def sample(self) -> dict[str, dict[str, Any]]:
+        self.samples += 1
+        if self.lost_at and self.samples >= self.lost_at:
+            raise RuntimeError(f"GPU is lost (fake device, lost@{self.lost_at})")
         phase = (time.monotonic() - self._t0) % 10.0 / 10.0
         return {
             key: {
@@ -273,15 +283,27 @@ class Monitor:
         if self._gpu is not None:
             try:
                 records.append({"task": self.task, "time": now, "gpudata": self._gpu.sample()})
-            except Exception:
+            except Exception as err:
                 self._gpu = None
+                self._failed("accelerator", err)
         if self._host is not None:
             try:
                 records.append({"task": self.task, "time": now, "cpudata": self._host.cpu()})
                 records.append({"task": self.task, "time": now, "process": self._host.process()})
-            except Exception:
+            except Exception as err:
                 self._host = None
+                self._failed("host", err)
         return records
+
+    def _failed(self, what: str, err: BaseException) -> None:
+        """Record, once, that a back-end stopped: the run goes on (the measurement does not
+        depend on it) and the report shows the warning, so missing usage data is explained
+        rather than silently absent."""
+        message = f"{what} monitor stopped: {type(err).__name__}: {err}"
+        try:
+            self.writer.event("message", {"message": message, "warning": "monitor"})
+        except Exception:
+            pass  # the data channel itself is gone: nothing left to tell
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

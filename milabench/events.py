@@ -20,6 +20,14 @@ from typing import Any
 DATA_FORMAT_VERSION = 2
 FORMAT_KEY = "format_version"
 
+# The `end` event's ``return_code`` when the process did not exit by itself (spec
+# run-data.md): the words of the run-data format, defined once; `report.outcome` maps
+# them (with the other facts of a run file) to a status, a verdict and an exit code.
+RC_TIMEOUT = "TIMEOUT"  # stopped after its time limit
+RC_INTERRUPTED = "INTERRUPTED"  # stopped by Ctrl-C / SIGTERM of the run
+RC_SKIPPED = "SKIPPED"  # never started: a capability the system lacks
+RC_ERROR = "ERROR"  # never started: missing environment, plan that cannot be built
+
 REDACTED = "<redacted>"
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 _ALWAYS_SECRET = {"MILABENCH_HF_TOKEN", "HF_TOKEN"}

@@ -58,10 +58,8 @@ def git_commit(root: Path = REPO_ROOT) -> str | None:
 
 
 def accelerators_info() -> dict[str, Any]:
-    try:
-        from milabench.monitor.accelerators import detect
-    except ImportError:
-        return {"arch": "cpu", "gpus": {}, "system": {}}
+    from milabench.monitor.accelerators import detect
+
     try:
         acc = detect()
         gpus = {str(d.get("index", i)): d for i, d in enumerate(acc.devices())}
@@ -174,14 +172,6 @@ async def probe_environment_async(python: str) -> dict[str, Any]:
     return probe_environment(python)
 
 
-def python_of(entry: dict) -> str:
-    """The interpreter of an entry's environment."""
-    if entry.get("use_current_env"):
-        return sys.executable
-    venv = (entry.get("dirs") or {}).get("venv")
-    return str(Path(venv) / "bin" / "python") if venv else sys.executable
-
-
 def meta_record(system: dict | None, environment: dict | None) -> dict[str, Any]:
     record = machine_metadata(system)
     if environment is not None:
@@ -191,8 +181,8 @@ def meta_record(system: dict | None, environment: dict | None) -> dict[str, Any]
     return redact(record)
 
 
-async def meta_for_entry(entry: dict, system: dict | None) -> dict[str, Any]:
-    """The full `meta` record for a benchmark's processes (probe cached per venv)."""
-    python = python_of(entry)
+async def meta_for_entry(python: str, system: dict | None) -> dict[str, Any]:
+    """The full `meta` record for a benchmark's processes run by interpreter `python`
+    (the entry's ``Entry.python``; the probe is cached per interpreter)."""
     env = await probe_environment_async(python) if Path(python).exists() else None
     return meta_record(system, env)

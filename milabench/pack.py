@@ -13,9 +13,12 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from milabench.config.argv import argv_list
+from milabench.config.entry import Dirs, Entry, as_entry
 from milabench.errors import ConfigError
 from milabench.plan.nodes import PlanNode, Script, Voir, entry_working_dir
 
@@ -68,13 +71,6 @@ def import_name(requirement: str) -> str:
     return IMPORT_NAMES.get(key, key.replace("-", "_").replace(".", "_"))
 
 
-def _argv_list(entry: dict) -> list[str]:
-    """The entry's argv as a list, assembled by the config engine (spec config.md 1.5)."""
-    from milabench.config.argv import argv_list
-
-    return argv_list(entry)
-
-
 class BenchmarkPackage:
     """Default behaviour of a benchmark folder; subclass it in ``benchfile.py``.
 
@@ -88,46 +84,46 @@ class BenchmarkPackage:
     prepare_name: str = "prepare.py"
     voirfile_name: str = "voirfile.py"
 
-    def __init__(self, entry: dict, system: dict) -> None:
-        self.entry = entry
+    def __init__(self, entry: Entry | Mapping[str, Any], system: dict) -> None:
+        self.entry: Entry = as_entry(entry)
         self.system = system
 
-    # -- identity and places ---------------------------------------------------------
+    # -- identity and places (fields of the typed entry) -----------------------------
     @property
     def name(self) -> str:
-        return str(self.entry["name"])
+        return self.entry.name
 
     @property
     def definition(self) -> Path:
-        return Path(self.entry.get("definition") or ".")
+        return self.entry.code
 
     @property
-    def dirs(self) -> dict[str, Any]:
-        return self.entry.get("dirs") or {}
+    def config(self) -> Mapping[str, Any]:
+        """The resolved entry as a mapping: where a benchfile reads its own settings
+        (keys starting with ``_``, which the loader never reports as unknown)."""
+        return self.entry.raw
+
+    @property
+    def dirs(self) -> Dirs:
+        return self.entry.dirs
 
     @property
     def use_current_env(self) -> bool:
-        return bool(self.entry.get("use_current_env"))
+        return self.entry.use_current_env
 
     @property
     def venv(self) -> Path:
         """The environment the benchmark runs in (the current one with use_current_env)."""
-        if self.use_current_env:
-            return Path(sys.prefix)
-        return Path(self.dirs.get("venv") or Path(sys.prefix))
+        return self.entry.venv
 
     @property
     def bindir(self) -> Path:
-        if self.use_current_env:
-            return Path(sys.executable).parent
-        return self.venv / "bin"
+        return self.entry.bindir
 
     @property
     def python(self) -> str:
         """Interpreter of the benchmark's environment."""
-        if self.use_current_env:
-            return sys.executable
-        return str(self.bindir / "python")
+        return self.entry.python
 
     def executable(self, name: str) -> str:
         """A console script of the environment (``voir``, ``torchrun``)."""
@@ -138,8 +134,8 @@ class BenchmarkPackage:
     def main_path(self) -> Path:
         """The file run by ``run``: the entry's ``script`` (relative to the folder, absolute
         allowed), else the class's ``main_script``."""
-        script = self.entry.get("script")
-        if isinstance(script, str) and script:
+        script = self.entry.script
+        if script:
             path = Path(os.path.expandvars(script)).expanduser()
             return path if path.is_absolute() else self.definition / path
         return self.definition / self.main_script
@@ -162,7 +158,7 @@ class BenchmarkPackage:
 
     def requirements_file(self, variant: str | None = None) -> Path:
         """``requirements.<variant>.txt`` (``requirements.in`` for variant ``unpinned``)."""
-        variant = variant or self.entry.get("install_variant") or self.system.get("arch")
+        variant = variant or self.entry.install_variant or self.system.get("arch")
         if variant in (None, "", "unpinned"):
             return self.definition / "requirements.in"
         return self.definition / f"requirements.{variant}.txt"
@@ -179,7 +175,8 @@ class BenchmarkPackage:
     @property
     def argv(self) -> list[str]:
         """The assembled argv; placeholders are resolved per process by the plan."""
-        return _argv_list(self.entry)
+        e = self.entry
+        return argv_list(e.argv, file=e.config_file, name=e.name)
 
     def make_env(self) -> dict[str, str]:
         """Extra variables for this benchmark's processes (added to `benchmark_env`)."""
@@ -265,6 +262,7 @@ def pack_class(definition: str | Path) -> type[BenchmarkPackage]:
     return cls
 
 
-def load_pack(entry: dict, system: dict) -> BenchmarkPackage:
+def load_pack(entry: Entry | Mapping[str, Any], system: dict) -> BenchmarkPackage:
     """The package object of ``entry`` (its benchfile's class, or the base class)."""
-    return pack_class(entry.get("definition") or ".")(entry, system)
+    entry = as_entry(entry)
+    return pack_class(entry.code)(entry, system)

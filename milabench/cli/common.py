@@ -87,6 +87,14 @@ def add_suite_options(parser: argparse.ArgumentParser, *, selection: bool = True
         default=False,
         help="use the active environment instead of one environment per group",
     )
+    add_option(
+        parser,
+        "strict",
+        action="store_true",
+        default=False,
+        help="an unknown key in an entry is an error (exit 2), not a warning"
+        " (env MILABENCH_STRICT=1)",
+    )
 
 
 def add_system_option(parser: argparse.ArgumentParser) -> None:
@@ -175,10 +183,12 @@ def system_path(args: argparse.Namespace) -> Path | None:
 
 
 def load_suite_from_args(args: argparse.Namespace):
-    """The resolved, selected suite for these options (see `milabench.config.load_suite`)."""
+    """The resolved, selected suite for these options (see `milabench.config.load_suite`),
+    its plan methods checked against the plan layer's table."""
     from milabench.config import load_suite
+    from milabench.plan import check_methods
 
-    return load_suite(
+    suite = load_suite(
         config_path(args),
         system=system_path(args),
         base=base_path(args),
@@ -186,7 +196,17 @@ def load_suite_from_args(args: argparse.Namespace):
         exclude=_split_csv(getattr(args, "exclude", None)),
         overrides=list(getattr(args, "override", None) or []),
         use_current_env=bool(getattr(args, "use_current_env", False)),
+        strict=strict_mode(args),
     )
+    check_methods(suite.all_entries.values())
+    return suite
+
+
+def strict_mode(args: argparse.Namespace) -> bool:
+    """``--strict``, or ``MILABENCH_STRICT`` set to a true value."""
+    if getattr(args, "strict", False):
+        return True
+    return os.environ.get("MILABENCH_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 # -- finding run folders ---------------------------------------------------------------

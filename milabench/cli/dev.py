@@ -51,6 +51,6 @@ def run(args: argparse.Namespace) -> int:
     env["MILABENCH_SUITE"] = str(suite.config_path)
     if not command:
         where = env.get("VIRTUAL_ENV") or "the current environment"
-        print(f"milabench dev: {entry['name']} in {where} (exit the shell to leave)")
+        print(f"milabench dev: {entry.name} in {where} (exit the shell to leave)")
         command = default_shell(env)
     return run_in_env(command, env, cwd)

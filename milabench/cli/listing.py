@@ -46,11 +46,11 @@ def entry_rows(suite) -> list[dict]:
         rows.append(
             {
                 "name": name,
-                "group": entry.get("group"),
-                "install_group": entry.get("install_group"),
-                "tags": list(entry.get("tags") or []),
-                "weight": entry.get("weight"),
-                "enabled": bool(entry.get("enabled", True)),
+                "group": entry.group,
+                "install_group": entry.install_group,
+                "tags": list(entry.tags),
+                "weight": entry.weight,
+                "enabled": entry.enabled,
                 "selected": name in selected,
                 "skip": f"requires {reason}" if reason else None,
             }

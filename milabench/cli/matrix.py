@@ -35,7 +35,7 @@ def _process_view(spec, selection: str | None) -> dict:
     }
 
 
-def plan_view(entry: dict, system: dict) -> dict:
+def plan_view(entry, system: dict) -> dict:
     """``command``/``processes`` keys for one entry (``skipped`` when it would not run)."""
     from milabench.errors import MilabenchError
     from milabench.events import redact
@@ -49,7 +49,7 @@ def plan_view(entry: dict, system: dict) -> dict:
     try:
         specs = load_pack(entry, system).build_run_plan().processes()
     except MilabenchError as err:
-        if type(err).__name__ == "NotEnoughNodes" or getattr(err, "is_skip", False):
+        if getattr(err, "is_skip", False):  # e.g. plan.multinode.NotEnoughNodes
             return {"skipped": str(err)}
         raise
     if not specs:
@@ -67,6 +67,6 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite_from_args(args)
     out = {}
     for name, entry in suite.entries.items():
-        out[name] = {**entry, **plan_view(entry, suite.system)}
+        out[name] = {**entry.as_dict(), **plan_view(entry, suite.system)}
     sys.stdout.write(dump(out, args.format))
     return 0

@@ -58,7 +58,7 @@ def _environments(suite, use_current_env: bool) -> tuple[str, list[str]]:
         return sys.executable, []
     venvs: list[str] = []
     for entry in entries:
-        venv = str((entry.get("dirs") or {}).get("venv") or "")
+        venv = str(entry.dirs.venv or "")
         if venv and venv not in venvs:
             venvs.append(venv)
     # The all-reduce needs torch: prefer a torch-ish group's environment.

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     ensure_writable(suite.base, suite.base / "runs")
     results, logs = prepare_all(suite.entries, suite.system, suite.base / "runs", echo=args.verbose)
     print(summary_table(results))
-    data_dirs = sorted({str((e.get("dirs") or {}).get("data")) for e in suite.entries.values()})
+    data_dirs = sorted({str(e.dirs.data) for e in suite.entries.values()})
     print(f"data: {', '.join(d for d in data_dirs if d != 'None')}")
     if logs is not None:
         print(f"logs: {logs}")

@@ -32,5 +32,5 @@ def dump(data: dict, fmt: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     suite = load_suite_from_args(args)
-    sys.stdout.write(dump(dict(suite.entries), args.format))
+    sys.stdout.write(dump({n: e.as_dict() for n, e in suite.entries.items()}, args.format))
     return 0

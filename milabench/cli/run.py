@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     select_layers(validations)  # unknown layer names fail before anything runs
 
     from milabench.cli.common import load_suite_from_args
+    from milabench.envs.ready import ensure_ready
     from milabench.execute.session import run_session
 
     suite = load_suite_from_args(args)
@@ -126,4 +127,18 @@ def run(args: argparse.Namespace) -> int:
         resume=resuming,
         dash=_dash_mode(args),
         validations=validations,
+        launcher=remote_launcher(suite.system),
+        check_environment=ensure_ready,
     )
+
+
+def remote_launcher(system: dict):
+    """The SSH-capable launcher when some node is reached over SSH, else None (local
+    processes only; asyncssh is then never imported)."""
+    from milabench.config.nodes import remote_nodes
+
+    if not remote_nodes(system):
+        return None
+    from milabench.remote.dispatch import node_launcher
+
+    return node_launcher(system)

@@ -5,7 +5,8 @@
 
 Submodules, one job each: `yamlio` (YAML with `!delete`), `document` (includes),
 `merge`, `matrix`, `inherit`, `interpolate` (OmegaConf, imported lazily), `validate`,
-`select`, `argv`, `placeholders`, `system`, `options`, `capabilities`, `safe_eval`.
+`select`, `argv`, `placeholders`, `system`, `options`, `capabilities`, `safe_eval`,
+`entry` (the typed `Entry` every later layer reads), `nodes` (which nodes are remote).
 `load_suite` and `Suite` are imported on first use so that importing a light helper such
 as `milabench.config.options` does not pull in the whole pipeline.
 """
@@ -14,12 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-PLAN_METHODS = ("per_gpu", "njobs", "torchrun", "accelerate")
-
 if TYPE_CHECKING:
     from milabench.config.loader import Suite, load_suite
 
-__all__ = ["PLAN_METHODS", "Suite", "load_suite"]
+__all__ = ["Suite", "load_suite"]
 
 
 def __getattr__(name: str) -> Any:

@@ -18,11 +18,11 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def argv_list(entry: dict[str, Any]) -> list[str]:
-    """The entry's argv as a list of strings: positionals first, then options, then `--`."""
-    argv = entry.get("argv")
-    file = entry.get("config_file")
-    name = entry.get("name")
+def argv_list(argv: Any, *, file: object = None, name: str | None = None) -> list[str]:
+    """An entry's argv as a list of strings: positionals first, then options, then `--`.
+
+    `file` and `name` (the file that wrote argv, the entry) only serve error messages.
+    """
     if argv is None:
         return []
     if isinstance(argv, list):

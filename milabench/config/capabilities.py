@@ -9,27 +9,25 @@ arithmetic, ``len()``, subscripts, numbers and strings over the names ``nodes``,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from milabench.config.entry import Entry, as_entry
 from milabench.config.safe_eval import UnsafeExpression, evaluate
 from milabench.errors import ConfigError
 
 FUNCTIONS = {"len": len, "min": min, "max": max, "int": int, "float": float}
 
 
-def requirements(entry: dict[str, Any]) -> list[str]:
-    """The entry's expressions as a list (a single string counts as one)."""
-    reqs = entry.get("requires_capabilities") or []
+def requirements(value: Any, *, file: object = None, name: str | None = None) -> list[str]:
+    """``requires_capabilities`` as a list (a single string counts as one); `file` and
+    `name` locate the error when it is neither."""
+    reqs = value or []
     if isinstance(reqs, str):
         reqs = [reqs]
-    if not isinstance(reqs, list) or not all(isinstance(r, str) for r in reqs):
-        raise ConfigError.at(
-            entry.get("config_file"),
-            entry.get("name"),
-            "requires_capabilities",
-            "expected a list of expressions",
-        )
-    return reqs
+    if not isinstance(reqs, list | tuple) or not all(isinstance(r, str) for r in reqs):
+        raise ConfigError.at(file, name, "requires_capabilities", "expected a list of expressions")
+    return list(reqs)
 
 
 def capability_names(system: dict[str, Any]) -> dict[str, Any]:
@@ -43,16 +41,17 @@ def capability_names(system: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def unmet_requirement(entry: dict[str, Any], system: dict[str, Any]) -> str | None:
+def unmet_requirement(entry: Entry | Mapping[str, Any], system: dict[str, Any]) -> str | None:
     """The first expression that is false on `system`, or None when all hold."""
+    entry = as_entry(entry)
     names = capability_names(system)
-    for text in requirements(entry):
+    for text in entry.requires_capabilities:
         try:
             ok = evaluate(text, names, FUNCTIONS)
         except UnsafeExpression as err:
             raise ConfigError.at(
-                entry.get("config_file"),
-                entry.get("name"),
+                entry.config_file,
+                entry.name,
                 "requires_capabilities",
                 f"{text!r}: {err}",
             ) from None

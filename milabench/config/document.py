@@ -50,7 +50,7 @@ class Document:
                 self.entries[name] = merge_value(None, value)
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
     """A path as messages show it: relative when under the working directory."""
     try:
         return str(Path(path).absolute().relative_to(Path.cwd()))
@@ -68,9 +68,9 @@ def load_document(path: Path) -> Document:
 def _load_into(doc: Document, path: Path, stack: list[Path], included_from: object) -> None:
     real = path.resolve()
     if real in stack:
-        cycle = " -> ".join(_display(p) for p in [*stack[stack.index(real) :], real])
-        raise ConfigError(f"{_display(stack[-1])}: include: include cycle: {cycle}")
-    shown = _display(path)
+        cycle = " -> ".join(display_path(p) for p in [*stack[stack.index(real) :], real])
+        raise ConfigError(f"{display_path(stack[-1])}: include: include cycle: {cycle}")
+    shown = display_path(path)
     data = read_yaml(path, included_from=included_from, shown=shown)
     if data is None:
         data = {}

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from milabench.config.document import Document, load_document
+from milabench.config.entry import Entry, unknown_keys
 from milabench.config.inherit import BUILTIN_DEFAULTS, resolve_all, suggest
 from milabench.config.interpolate import (
     has_interpolation,
@@ -36,10 +38,13 @@ OVERRIDE_SOURCE = Path("--override")
 
 @dataclass
 class Suite:
-    """A resolved suite: entries in run order, plus what the other layers need."""
+    """A resolved suite: typed entries in run order, plus what the other layers need.
 
-    entries: dict[str, dict[str, Any]]
-    all_entries: dict[str, dict[str, Any]]
+    `templates` (private ``_`` entries) stay plain mappings: they are never run.
+    """
+
+    entries: dict[str, Entry]
+    all_entries: dict[str, Entry]
     system: dict[str, Any]
     base: Path
     config_path: Path
@@ -113,6 +118,25 @@ def _fill_dirs(entry: dict[str, Any], base: Path, use_current_env: bool) -> None
     entry["use_current_env"] = bool(use_current_env)
 
 
+def check_keys(entry: dict[str, Any], file_of, strict: bool) -> None:
+    """Report the keys of `entry` that nothing reads, with the closest known one.
+
+    Keys of the upstream format that load but do nothing here (`UPSTREAM_IGNORED`) are
+    not reported: suites written for upstream must load unchanged and quietly.
+    """
+    for key, close in unknown_keys(entry):
+        hint = f" (did you mean '{close}'?)" if close else ""
+        what = f"unknown key{hint}; nothing reads it"
+        if strict:
+            raise ConfigError.at(file_of(key), entry["name"], key, what)
+        warnings.warn(ConfigError.at(file_of(key), entry["name"], key, what).args[0],
+                      UnknownKeyWarning, stacklevel=3)  # fmt: skip
+
+
+class UnknownKeyWarning(UserWarning):
+    """A key of an entry that no layer reads (a typo, most of the time)."""
+
+
 def _describe(doc: Document):
     def describe(full_key: str) -> tuple[object, str | None, str | None]:
         parts = full_key.split(".")
@@ -133,8 +157,13 @@ def load_suite(
     exclude: list[str] | tuple[str, ...] = (),
     overrides: list[str] | tuple[str, ...] = (),
     use_current_env: bool = False,
+    strict: bool = False,
 ) -> Suite:
-    """Read, resolve and select a suite (spec config.md section 1)."""
+    """Read, resolve and select a suite (spec config.md section 1).
+
+    A key no layer reads (``max_durations``) is a warning with the closest known key, or
+    a `ConfigError` with `strict`.
+    """
     config_path = Path(config_path).expanduser().absolute()
     base_dir = Path(base or os.environ.get("MILABENCH_BASE") or "results").expanduser().absolute()
     system_conf = dict(system) if isinstance(system, dict) else load_system(system, base=base_dir)
@@ -170,6 +199,7 @@ def load_suite(
             note = validate_entry(entry, lambda key, _n=name: doc.file_of(_n, key))
             if note:
                 notes[name] = note
+            check_keys(entry, lambda key, _n=name: doc.file_of(_n, key), strict)
 
     all_entries = {
         name: e
@@ -178,9 +208,10 @@ def load_suite(
     }
     chosen = select_entries(all_entries, list(select), list(exclude))
     warn_short_timeouts({n: note for n, note in notes.items() if n in chosen})
+    typed = {name: Entry.from_mapping(e) for name, e in all_entries.items()}
     return Suite(
-        entries=chosen,
-        all_entries=all_entries,
+        entries={name: typed[name] for name in chosen},
+        all_entries=typed,
         system=system_conf,
         base=base_dir,
         config_path=config_path,

@@ -27,8 +27,10 @@ import difflib
 import os
 import re
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
+from milabench.config.entry import Entry, as_entry
 from milabench.config.options import get_bool, get_option
 from milabench.config.safe_eval import UnsafeExpression, evaluate
 from milabench.errors import ConfigError
@@ -65,12 +67,13 @@ def cpu_count(system: dict[str, Any]) -> int:
 
 
 def placeholder_values(
-    entry: dict[str, Any],
+    entry: Entry | Mapping[str, Any],
     system: dict[str, Any],
     device: int | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Name -> value table for the brace placeholders of one process."""
+    entry = as_entry(entry)
     values: dict[str, Any] = {
         k: v
         for k, v in system.items()
@@ -93,11 +96,10 @@ def placeholder_values(
         arch=arch,
         device_name=DEVICE_NAME.get(arch, "cpu"),
         ccl=CCL.get(arch, "gloo"),
-        milabench_name=entry.get("name", ""),
+        milabench_name=entry.name,
     )
-    dirs = entry.get("dirs") or {}
     for name in DIR_NAMES:
-        values[f"milabench_{name}"] = str(dirs.get(name, entry.get("definition", "")))
+        values[f"milabench_{name}"] = str(entry.dirs.get(name) or entry.definition or "")
     if device is not None:
         values["device"] = device
     if extra:
@@ -129,7 +131,7 @@ def _format(value: Any) -> str:
 class _Resolver:
     def __init__(
         self,
-        entry: dict[str, Any],
+        entry: Entry | Mapping[str, Any],
         system: dict[str, Any],
         values: dict[str, Any],
         key: str = "argv",
@@ -159,7 +161,7 @@ class _Resolver:
             close = difflib.get_close_matches(name, list(self.values), n=1, cutoff=0.8)
             if close:
                 warnings.warn(
-                    f"{self.entry.get('name', '?')}: {self.key}: unknown placeholder '{{{name}}}' "
+                    f"{self.entry.name or '?'}: {self.key}: unknown placeholder '{{{name}}}' "
                     f"(did you mean '{{{close[0]}}}'?); left as is",
                     PlaceholderWarning,
                     stacklevel=4,
@@ -182,7 +184,7 @@ class _Resolver:
             )
         except UnsafeExpression as err:
             raise ConfigError.at(
-                self.entry.get("config_file"), self.entry.get("name"), "argv", f"{text!r}: {err}"
+                self.entry.config_file, self.entry.name, "argv", f"{text!r}: {err}"
             ) from None
         return _format(result)
 
@@ -195,20 +197,21 @@ class _Resolver:
 
 def resolve_argv(
     argv: list[str],
-    entry: dict[str, Any],
+    entry: Entry | Mapping[str, Any],
     system: dict[str, Any],
     *,
     device: int | None = None,
     extra: dict[str, Any] | None = None,
 ) -> list[str]:
     """`argv` with placeholders and helpers resolved for one process."""
+    entry = as_entry(entry)
     resolver = _Resolver(entry, system, placeholder_values(entry, system, device, extra))
     return [resolver.item(str(item)) for item in argv]
 
 
 def resolve_text(
     text: str,
-    entry: dict[str, Any],
+    entry: Entry | Mapping[str, Any],
     system: dict[str, Any],
     *,
     key: str,
@@ -217,5 +220,6 @@ def resolve_text(
     """Brace placeholders of one string that is not an argument (a path such as the
     entry's ``working_dir``): the same names as in argv, no helpers, no ``name=value``
     splitting. Warnings for near-misses name `key`."""
+    entry = as_entry(entry)
     resolver = _Resolver(entry, system, placeholder_values(entry, system, device), key)
     return resolver.substitute(str(text))

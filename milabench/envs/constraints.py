@@ -18,6 +18,7 @@ import re
 import shlex
 from pathlib import Path
 
+from milabench.config.entry import Entry
 from milabench.errors import ConfigError
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "constraints"
@@ -63,11 +64,11 @@ def index_directives(path: Path | None) -> list[str]:
     return args
 
 
-def entry_constraint_lines(entries: list[dict]) -> list[str]:
+def entry_constraint_lines(entries: list[Entry]) -> list[str]:
     """Every entry's ``pip.constraints`` lines, de-duplicated, in entry order."""
     lines: list[str] = []
     for entry in entries:
-        pip = entry.get("pip") or {}
+        pip = entry.pip
         values = pip.get("constraints") or []
         if isinstance(values, str):
             values = [values]
@@ -78,11 +79,11 @@ def entry_constraint_lines(entries: list[dict]) -> list[str]:
     return lines
 
 
-def entry_pip_args(entries: list[dict]) -> list[str]:
+def entry_pip_args(entries: list[Entry]) -> list[str]:
     """Every entry's ``pip.args`` (a list, or one string split like a shell would)."""
     args: list[str] = []
     for entry in entries:
-        pip = entry.get("pip") or {}
+        pip = entry.pip
         values = pip.get("args") or []
         if isinstance(values, str):
             values = shlex.split(values)

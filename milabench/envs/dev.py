@@ -17,10 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from milabench.config.entry import Entry
 from milabench.errors import EnvironmentMissing, UsageError
 
 
-def find_entry(name: str, entries: dict[str, dict]) -> dict:
+def find_entry(name: str, entries: dict[str, Entry]) -> Entry:
     """The entry called ``name``; a usage error naming it and the candidates otherwise."""
     if name in entries:
         return entries[name]
@@ -31,16 +32,17 @@ def find_entry(name: str, entries: dict[str, dict]) -> dict:
     raise UsageError(f"no benchmark named {name!r}{hint}; candidates: {listed or 'none'}")
 
 
-def dev_environment(entry: dict, system: dict) -> tuple[dict[str, str], Path]:
+def dev_environment(entry: Entry, system: dict) -> tuple[dict[str, str], Path]:
     """The full environment and working folder of the benchmark's processes."""
     from milabench.pack import load_pack
     from milabench.plan.environment import benchmark_env
 
     pack = load_pack(entry, system)
+    entry = pack.entry
     if not pack.use_current_env and not Path(pack.python).exists():
         raise EnvironmentMissing(
-            f"{entry['name']}: environment {pack.venv} is missing; run "
-            f"'milabench install --select {entry['name']}' first (or use --use-current-env)"
+            f"{entry.name}: environment {pack.venv} is missing; run "
+            f"'milabench install --select {entry.name}' first (or use --use-current-env)"
         )
     if not pack.use_current_env:
         from milabench.envs import is_installed
@@ -54,7 +56,7 @@ def dev_environment(entry: dict, system: dict) -> tuple[dict[str, str], Path]:
     env = dict(os.environ)
     env.update(benchmark_env(entry, system))
     env.update(pack.make_env())
-    env["MILABENCH_DEV"] = entry["name"]
+    env["MILABENCH_DEV"] = entry.name
     return env, Path(pack.definition)
 
 

@@ -10,9 +10,12 @@ all read this record, so they cannot disagree about what a group contains.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from milabench.config.entry import Entry, as_entry
 from milabench.envs.constraints import (
     constraints_dir,
     constraints_file,
@@ -31,7 +34,7 @@ class InstallGroup:
     venv: Path
     variant: str
     arch: str
-    entries: list[dict]
+    entries: list[Entry]
     requirements: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     constraints: Path | None = None
@@ -51,7 +54,7 @@ class InstallGroup:
 
     @property
     def benchmarks(self) -> list[str]:
-        return [str(e["name"]) for e in self.entries]
+        return [e.name for e in self.entries]
 
 
 def _requirements_for(pack, variant: str) -> tuple[Path | None, str | None]:
@@ -65,19 +68,21 @@ def _requirements_for(pack, variant: str) -> tuple[Path | None, str | None]:
     return None, None
 
 
-def build_groups(entries: dict[str, dict] | list[dict], system: dict) -> list[InstallGroup]:
+def build_groups(
+    entries: Mapping[str, Entry] | Iterable[Entry | Mapping[str, Any]], system: dict
+) -> list[InstallGroup]:
     """The install groups of the selected entries, in suite order of first appearance."""
     from milabench.pack import load_pack
 
-    values = list(entries.values()) if isinstance(entries, dict) else list(entries)
+    values = [as_entry(e) for e in (entries.values() if isinstance(entries, Mapping) else entries)]
     arch = str(system.get("arch") or "cpu")
     folder = constraints_dir(system)
     groups: dict[str, InstallGroup] = {}
     seen_defs: dict[str, set[str]] = {}
     for entry in values:
-        name = str(entry.get("install_group") or entry.get("group") or entry["name"])
-        variant = str(entry.get("install_variant") or arch)
-        venv = Path((entry.get("dirs") or {}).get("venv") or "")
+        name = entry.install_group or entry.name
+        variant = entry.install_variant or arch
+        venv = entry.dirs.venv or Path("")
         group = groups.get(name)
         if group is None:
             group = groups[name] = InstallGroup(
@@ -86,13 +91,13 @@ def build_groups(entries: dict[str, dict] | list[dict], system: dict) -> list[In
                 variant=variant,
                 arch=arch,
                 entries=[],
-                use_current_env=bool(entry.get("use_current_env")),
+                use_current_env=entry.use_current_env,
             )
             seen_defs[name] = set()
         elif group.variant != variant:
             raise ConfigError.at(
-                entry.get("config_file"),
-                entry["name"],
+                entry.config_file,
+                entry.name,
                 "install_variant",
                 f"{variant!r} differs from {group.variant!r} used by the other benchmarks "
                 f"of install group {name!r}",

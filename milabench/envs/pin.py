@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from milabench.config.entry import Entry, as_entry
 from milabench.envs.constraints import (
     constraints_dir,
     constraints_file,
@@ -43,18 +46,21 @@ class PinGroup:
     """The ``requirements.in`` files of one install group (one per benchmark folder)."""
 
     name: str
-    entries: list[dict]
+    entries: list[Entry]
     definitions: list[Path]
 
 
-def pin_groups(entries: dict[str, dict] | list[dict]) -> list[PinGroup]:
-    values = list(entries.values()) if isinstance(entries, dict) else list(entries)
+def pin_groups(
+    entries: Mapping[str, Entry] | Iterable[Entry | Mapping[str, Any]],
+) -> list[PinGroup]:
+    """The selected entries grouped by install group, with their requirement folders."""
+    values = [as_entry(e) for e in (entries.values() if isinstance(entries, Mapping) else entries)]
     groups: dict[str, PinGroup] = {}
     for entry in values:
-        name = str(entry.get("install_group") or entry.get("group") or entry["name"])
+        name = entry.install_group or entry.name
         group = groups.setdefault(name, PinGroup(name, [], []))
         group.entries.append(entry)
-        definition = Path(entry["definition"]).resolve()
+        definition = entry.code.resolve()
         if (definition / "requirements.in").is_file() and definition not in group.definitions:
             group.definitions.append(definition)
     return list(groups.values())

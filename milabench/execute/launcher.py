@@ -258,24 +258,21 @@ def ensure_folders(spec: ProcessSpec) -> None:
     Third-party scripts write relative paths and read ``$MILABENCH_DIR_*`` without
     creating them. Only benchmark entries (with a ``definition``) are concerned.
     """
-    entry = spec.entry or {}
-    definition = entry.get("definition")
-    if not isinstance(definition, str) or not definition:
+    entry = spec.entry
+    if entry.definition is None:
         return
-    dirs = entry.get("dirs") if isinstance(entry.get("dirs"), dict) else {}
-    wanted = [(f"dirs.{key}", dirs.get(key)) for key in ENTRY_FOLDERS]
+    definition = str(entry.definition)
+    wanted = [(f"dirs.{key}", entry.dirs.get(key)) for key in ENTRY_FOLDERS]
     if spec.cwd and os.path.normpath(spec.cwd) != os.path.normpath(definition):
         wanted.append(("working_dir", spec.cwd))
     for key, folder in wanted:
-        if not isinstance(folder, str) or not folder:
+        if not folder:
             continue
         try:
             Path(folder).mkdir(parents=True, exist_ok=True)
         except OSError as err:
             reason = err.strerror or str(err)
-            raise FolderError(
-                f"{entry.get('name')}: {key}: cannot create {folder}: {reason}"
-            ) from None
+            raise FolderError(f"{entry.name}: {key}: cannot create {folder}: {reason}") from None
 
 
 class LocalLauncher(Launcher):

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchkit.channel import SmuggleDecoder
-from milabench.errors import MilabenchError
-from milabench.events import redact
+from milabench.errors import MilabenchError, NodeError
+from milabench.events import RC_INTERRUPTED, RC_TIMEOUT, redact
 from milabench.execute import memory
 from milabench.execute.launcher import (
     FolderError,
@@ -37,8 +37,8 @@ from milabench.execute.launcher import (
 )
 from milabench.plan.spec import ProcessSpec
 
-TIMEOUT = "TIMEOUT"
-INTERRUPTED = "INTERRUPTED"
+TIMEOUT = RC_TIMEOUT
+INTERRUPTED = RC_INTERRUPTED
 # Events the orchestrator writes itself; a benchmark may not forge them.
 RESERVED_EVENTS = frozenset({"config", "meta", "start", "end", "line", "format_error"})
 
@@ -219,15 +219,15 @@ def _launcher_for(spec: ProcessSpec, launcher: Launcher | None) -> Launcher:
     return LocalLauncher()
 
 
-def _maybe_remote(specs: list[ProcessSpec], system: dict | None) -> Launcher | None:
-    """`milabench.remote`'s node launcher when a spec names a node that is not this one."""
-    if not any(s.node is not None and not s.node.get("local") for s in specs):
-        return None
-    from milabench.remote import needs_remote, node_launcher  # asyncssh only when needed
-
-    if not needs_remote(specs, system or {}):
-        return None
-    return node_launcher(system)
+def require_launcher(specs: list[ProcessSpec]) -> None:
+    """Specs for another node need the launcher the caller injects (`milabench.remote`'s
+    node launcher, chosen by the command line); never start them here by mistake."""
+    for spec in specs:
+        if spec.node is not None and spec.node.get("local") is False:
+            raise NodeError(
+                f"{spec.name}: node {spec.node.get('name')} is remote and this run has no "
+                "remote launcher (pass one to run_specs)"
+            )
 
 
 async def _first(own: asyncio.Event, job: asyncio.Event) -> None:
@@ -310,7 +310,7 @@ def _final_memory(sampler: memory.TreeSampler | None, emit: _Emitter) -> None:
 async def _meta(spec: ProcessSpec, system: dict | None) -> dict:
     from milabench.metadata import meta_for_entry
 
-    return await meta_for_entry(spec.entry, system)
+    return await meta_for_entry(spec.entry.python, system)
 
 
 async def run_one(
@@ -339,7 +339,7 @@ async def run_one(
     would otherwise wait until its ``max_duration``.
     """
     emit = _Emitter(spec.name, sinks)
-    emit("config", redact(spec.entry))
+    emit("config", redact(spec.entry.as_dict()))
     emit("meta", meta if meta is not None else await _meta(spec, system))
     command = redact(list(spec.argv))
     began = time.time()
@@ -473,7 +473,7 @@ async def run_specs(
         return []
     interval = sampling_interval(system, memory_interval)
     if launcher is None:
-        launcher = _maybe_remote(specs, system)
+        require_launcher(specs)
     # One meta record per benchmark: the machine part is cached, the probe once per venv.
     meta = await _meta(specs[0], system)
     job_stop = asyncio.Event() if _one_job(specs) else None

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from milabench.execute.launcher import kill_all_now
-from milabench.execute.suite import BenchmarkResult, run_suite
+from milabench.execute.launcher import Launcher, kill_all_now
+from milabench.execute.suite import BenchmarkResult, EnvironmentCheck, run_suite
 from milabench.sinks import make_console_sink
 from milabench.sinks.runfiles import RunFileSink
 
@@ -157,6 +157,8 @@ async def _run(
     repeat: int,
     resume: bool,
     interrupts: _Interrupts | None = None,
+    launcher: Launcher | None = None,
+    check_environment: EnvironmentCheck | None = None,
 ) -> list[BenchmarkResult]:
     stop_event = asyncio.Event()
     if interrupts is not None:
@@ -172,6 +174,8 @@ async def _run(
             stop_event=stop_event,
             grace=_option(suite.system, "run.grace", 5.0),
             early_stop_grace=_option(suite.system, "run.early_stop_grace", 2.0),
+            launcher=launcher,
+            check_environment=check_environment,
         )
     except asyncio.CancelledError:
         if interrupts is None or not interrupts.cancelled:
@@ -180,10 +184,10 @@ async def _run(
     finally:
         if interrupts is not None:
             interrupts.detach()
-        if "milabench.remote.dispatch" in sys.modules:  # close SSH connections, if any
-            launcher = sys.modules["milabench.remote.dispatch"].node_launcher(suite.system)
+        close = getattr(launcher, "close", None)  # SSH connections of a remote launcher
+        if close is not None:
             try:
-                await asyncio.wait_for(launcher.close(), REMOTE_CLOSE_TIMEOUT)
+                await asyncio.wait_for(close(), REMOTE_CLOSE_TIMEOUT)
             except (TimeoutError, OSError):
                 pass
 
@@ -229,7 +233,15 @@ def run_session(
     dash: str = "no",
     validations: list[str] | None = None,
     out: IO[str] | None = None,
+    launcher: Launcher | None = None,
+    check_environment: EnvironmentCheck | None = None,
 ) -> int:
+    """Run `suite` into `run_dir` and print its report; returns the report's exit code.
+
+    `launcher` reaches other nodes and `check_environment` vets each benchmark's
+    environment: both are chosen by the caller (`milabench.cli.run`), which knows the
+    back-ends; this layer only runs what it is given.
+    """
     out = out or sys.stdout
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -241,7 +253,16 @@ def run_session(
     try:
         try:
             results = asyncio.run(
-                _run(suite, run_dir, sinks, repeat=repeat, resume=resume, interrupts=interrupts)
+                _run(
+                    suite,
+                    run_dir,
+                    sinks,
+                    repeat=repeat,
+                    resume=resume,
+                    interrupts=interrupts,
+                    launcher=launcher,
+                    check_environment=check_environment,
+                )
             )
         finally:
             for sink in sinks:

@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milabench.errors import EnvironmentMissing, MilabenchError
-from milabench.events import read_events, redact
-from milabench.execute.runner import INTERRUPTED, Outcome, run_specs
+from milabench.config.entry import Entry, as_entry
+from milabench.errors import MilabenchError
+from milabench.events import RC_ERROR, RC_SKIPPED, redact
+from milabench.execute.launcher import Launcher
+from milabench.execute.runner import INTERRUPTED, Outcome, require_launcher, run_specs
 
-SKIPPED = "SKIPPED"
-ERROR = "ERROR"
+SKIPPED = RC_SKIPPED
+ERROR = RC_ERROR
 
 
 @dataclass
@@ -47,77 +50,35 @@ def _emit(sinks: list, tag: str, event: str, data: Any, pipe: str | None = None)
         sink.on_event(tag, record)
 
 
-def record_skip(sinks: list, tag: str, entry: dict, reason: str) -> None:
+def record_skip(sinks: list, tag: str, entry: Entry | Mapping[str, Any], reason: str) -> None:
     """A capability skip: ``config``, ``message`` (with ``skipped``), ``end`` SKIPPED."""
-    _emit(sinks, tag, "config", redact(entry))
+    _emit(sinks, tag, "config", redact(as_entry(entry).as_dict()))
     _emit(sinks, tag, "message", {"message": reason, "skipped": "capability"})
     _emit(sinks, tag, "end", {"command": None, "time": time.time(), "return_code": SKIPPED})
 
 
-def record_error(sinks: list, tag: str, entry: dict, err: BaseException) -> None:
+def record_error(
+    sinks: list, tag: str, entry: Entry | Mapping[str, Any], err: BaseException
+) -> None:
     """A benchmark that could not be started at all (missing environment, bad plan)."""
-    _emit(sinks, tag, "config", redact(entry))
+    _emit(sinks, tag, "config", redact(as_entry(entry).as_dict()))
     _emit(sinks, tag, "error", {"type": type(err).__name__, "message": str(err)})
     _emit(sinks, tag, "end", {"command": None, "time": time.time(), "return_code": ERROR})
 
 
-def check_environment(entry: dict) -> None:
-    """The benchmark's venv must exist unless it runs in the current environment."""
-    if entry.get("use_current_env"):
-        return
-    venv = Path((entry.get("dirs") or {}).get("venv") or "")
-    if not (venv / "bin" / "python").exists():
-        raise EnvironmentMissing(
-            f"{entry.get('name')}: environment {venv} is missing; "
-            f"run 'milabench install --select {entry.get('name')}' first"
-        )
-    from milabench.envs import is_installed
-
-    if not is_installed(venv):
-        raise EnvironmentMissing(
-            f"{entry.get('name')}: environment {venv} did not finish installing; "
-            f"run 'milabench install --select {entry.get('name')}' again"
-        )
-    refresh_benchkit(venv)
-
-
-def refresh_benchkit(venv: Path) -> None:
-    """The environment's copy of benchkit must be the one this milabench reads back.
-
-    benchkit writes the records (window, rates, stop) that the report interprets; after
-    a ``git pull`` without ``milabench install``, a stale copy would measure with old
-    rules and the report would misread it. Copying it is a few milliseconds.
-    """
-    from milabench.envs.helperlib import install_benchkit, site_packages
-    from milabench.envs.marker import BENCHKIT_DIR, benchkit_hash
-
-    try:
-        copy = site_packages(venv) / "benchkit"
-        if copy.is_dir() and benchkit_hash(copy) == _source_benchkit_hash():
-            return
-        install_benchkit(venv, BENCHKIT_DIR)
-    except OSError:
-        return  # read-only or unusual environment: the install marker still vouches for it
-
-
-_SOURCE_HASH: list[str] = []
-
-
-def _source_benchkit_hash() -> str:
-    from milabench.envs.marker import benchkit_hash
-
-    if not _SOURCE_HASH:
-        _SOURCE_HASH.append(benchkit_hash())
-    return _SOURCE_HASH[0]
-
-
-def unmet_requirement(entry: dict, system: dict) -> str | None:
+def unmet_requirement(entry: Entry, system: dict) -> str | None:
     from milabench.config.capabilities import unmet_requirement as check
 
     return check(entry, system)
 
 
-def build_specs(entry: dict, system: dict, repeat_index: int | None = None) -> list:
+# Called before a benchmark starts; raises a `MilabenchError` (recorded as the entry's
+# error) when its environment cannot run it. The command line passes
+# `milabench.envs.ensure_ready`; the executor itself knows nothing of environments.
+EnvironmentCheck = Callable[[Entry], None]
+
+
+def build_specs(entry: Entry, system: dict, repeat_index: int | None = None) -> list:
     from milabench.pack import load_pack
     from milabench.plan import with_repeat
 
@@ -128,32 +89,25 @@ def build_specs(entry: dict, system: dict, repeat_index: int | None = None) -> l
 
 
 # -- resume ----------------------------------------------------------------------------
-def _file_succeeded(path: Path) -> tuple[str | None, bool]:
-    name, ok, ended = None, False, False
-    for ev in read_events(path):
-        kind, data = ev.get("event"), ev.get("data")
-        if kind == "config" and isinstance(data, dict):
-            name = data.get("name", name)
-        elif kind == "stop":
-            ok = True
-        elif kind == "end" and isinstance(data, dict):
-            ended = True
-            ok = ok or data.get("early_stop") is True or data.get("return_code") == 0
-    return name, ended and ok
-
-
 def succeeded_in(run_dir: Path) -> set[str]:
-    """Tags stems (``name`` or ``name.R2``) whose every file ended successfully."""
+    """Tag stems (``name`` or ``name.R2``) whose every file is a success.
+
+    Success is the report's rule (`report.aggregate.file_status`), never re-derived here:
+    a file that `milabench report` calls failed (a NaN loss, an error event, too few
+    observations) is run again by ``--resume``.
+    """
+    from milabench.report.aggregate import file_status
+    from milabench.report.outcome import SUCCESS
+    from milabench.report.runs import read_run_dir
+
+    files = read_run_dir(run_dir)
+    with_rates = {fr.group_key for fr in files if fr.rates}
     status: dict[str, bool] = {}
-    for path in sorted(Path(run_dir).glob("*.data")):
-        name, ok = _file_succeeded(path)
-        if not name:
+    for fr in files:
+        if not fr.entry.name:
             continue
-        stem = path.name[: -len(".data")]
-        rest = stem[len(name) + 1 :].split(".") if stem.startswith(name + ".") else []
-        key = name
-        if rest and rest[0].startswith("R") and rest[0][1:].isdigit():
-            key = f"{name}.{rest[0]}"
+        key = fr.name if fr.repeat is None else f"{fr.name}.R{fr.repeat}"
+        ok = file_status(fr, fr.group_key in with_rates) == SUCCESS
         status[key] = status.get(key, True) and ok
     return {k for k, ok in status.items() if ok}
 
@@ -176,7 +130,7 @@ def set_aside(run_dir: Path, prefix: str) -> None:
 
 # -- the suite -----------------------------------------------------------------------------
 async def run_suite(
-    entries: dict[str, dict],
+    entries: dict[str, Entry],
     system: dict,
     run_dir: Path,
     sinks: list,
@@ -186,8 +140,14 @@ async def run_suite(
     stop_event: asyncio.Event | None = None,
     grace: float = 5.0,
     early_stop_grace: float = 2.0,
+    launcher: Launcher | None = None,
+    check_environment: EnvironmentCheck | None = None,
 ) -> list[BenchmarkResult]:
-    """Run every entry in order, ``repeat`` times; returns one result per benchmark run."""
+    """Run every entry in order, ``repeat`` times; returns one result per benchmark run.
+
+    `launcher` starts processes on other nodes (None: this machine only); the
+    `check_environment` hook vets each entry's environment before it starts.
+    """
     done = succeeded_in(run_dir) if resume else set()
     results: list[BenchmarkResult] = []
     for k in range(1, repeat + 1):
@@ -209,13 +169,15 @@ async def run_suite(
                 stop_event=stop_event,
                 grace=grace,
                 early_stop_grace=early_stop_grace,
+                launcher=launcher,
+                check_environment=check_environment,
             )
             results.append(result)
     return results
 
 
 async def run_benchmark(
-    entry: dict,
+    entry: Entry | Mapping[str, Any],
     system: dict,
     tag: str,
     sinks: list,
@@ -224,18 +186,24 @@ async def run_benchmark(
     stop_event: asyncio.Event | None = None,
     grace: float = 5.0,
     early_stop_grace: float = 2.0,
+    launcher: Launcher | None = None,
+    check_environment: EnvironmentCheck | None = None,
 ) -> BenchmarkResult:
-    name = str(entry.get("name"))
+    entry = as_entry(entry)
+    name = entry.name
     reason = unmet_requirement(entry, system)
     if reason:
         record_skip(sinks, tag, entry, reason)
         return BenchmarkResult(name, tag, "skipped", reason=reason)
     try:
-        check_environment(entry)
+        if check_environment is not None:
+            check_environment(entry)
         specs = build_specs(entry, system, repeat_index)
+        if launcher is None:
+            require_launcher(specs)
     except MilabenchError as err:
-        if getattr(err, "is_skip", False) or type(err).__name__ == "NotEnoughNodes":
-            # milabench.remote: the system lacks the nodes the entry needs.
+        if getattr(err, "is_skip", False):
+            # plan.multinode.NotEnoughNodes: the system lacks the nodes the entry needs.
             record_skip(sinks, tag, entry, str(err))
             return BenchmarkResult(name, tag, "skipped", reason=str(err))
         record_error(sinks, tag, entry, err)
@@ -247,6 +215,7 @@ async def run_benchmark(
         grace=grace,
         early_stop_grace=early_stop_grace,
         system=system,
+        launcher=launcher,
     )
     interrupted = any(o.return_code == INTERRUPTED for o in outcomes)
     return BenchmarkResult(name, tag, "interrupted" if interrupted else "ran", outcomes)

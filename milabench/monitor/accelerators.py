@@ -69,18 +69,21 @@ class FakeAccelerators(Accelerators):
 
     @classmethod
     def from_spec(cls, spec: str) -> FakeAccelerators:
-        """Parse ``cuda:8`` or ``cuda:8:81920``."""
+        """Parse ``cuda:8``, ``cuda:8:81920`` (or ``cuda:8:81920:lost@N``: the fourth field
+        only matters to benchkit's in-process sampler, see `benchkit.monitors`)."""
         parts = spec.strip().split(":")
         try:
-            if len(parts) not in (2, 3) or parts[0] not in ARCHES:
+            if len(parts) not in (2, 3, 4) or parts[0] not in ARCHES:
+                raise ValueError
+            if len(parts) == 4 and not parts[3].startswith("lost@"):
                 raise ValueError
             count = int(parts[1])
-            mib = int(parts[2]) if len(parts) == 3 else 81920
+            mib = int(parts[2]) if len(parts) >= 3 and parts[2] else 81920
             if count < 0 or mib <= 0:
                 raise ValueError
         except ValueError:
             raise ConfigError(
-                f"MILABENCH_FAKE_GPUS={spec!r}: expected <arch>:<count>[:<MiB>] "
+                f"MILABENCH_FAKE_GPUS={spec!r}: expected <arch>:<count>[:<MiB>[:lost@N]] "
                 f"with arch one of {', '.join(ARCHES)}"
             ) from None
         return cls(parts[0], count, mib)

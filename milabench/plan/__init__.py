@@ -2,16 +2,22 @@
 
 `build_plan(pack)` picks the builder registered for the entry's ``plan.method``
 (dashes read as underscores). Builders take the `BenchmarkPackage` and return a
-`PlanNode`; `milabench.remote` registers or overrides methods (``accelerate``,
-multi-node) with `register_method` without editing this file.
+`PlanNode`. The method table below is the only list of methods: the configuration
+checks names against it (`check_methods`, called by the command line right after the
+suite is loaded), so a registered method can never be rejected, nor an unknown one pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Protocol
 
+from milabench.config.document import display_path
+from milabench.config.entry import Entry
+from milabench.config.inherit import suggest
 from milabench.errors import ConfigError
+from milabench.plan.multinode import build_accelerate, build_torchrun
 from milabench.plan.nodes import (
     Fixed,
     NJobs,
@@ -30,7 +36,7 @@ class BenchmarkPackage(Protocol):
     """What a builder needs of a benchmark: `milabench.pack.BenchmarkPackage` has it
     (a protocol, so that this package does not import `milabench.pack`, which uses it)."""
 
-    entry: dict
+    entry: Entry
 
     def command_node(self) -> PlanNode: ...
 
@@ -46,6 +52,7 @@ __all__ = [
     "Voir",
     "Wrapper",
     "build_plan",
+    "check_methods",
     "method_name",
     "methods",
     "register_method",
@@ -62,43 +69,36 @@ def register_method(name: str, builder: Builder) -> None:
 
 
 def methods() -> list[str]:
-    _load_extensions()
+    """The plan methods a suite may name."""
     return sorted(_METHODS)
 
 
-def method_name(entry: dict) -> str:
-    plan = entry.get("plan") or {}
-    return str(plan.get("method") or "per_gpu").replace("-", "_")
+def method_name(entry: Entry) -> str:
+    return entry.plan.method
 
 
-_extensions_loaded = False
+def _unknown(entry: Entry) -> ConfigError:
+    name = entry.plan.method
+    return ConfigError.at(
+        display_path(Path(entry.config_file)) if entry.config_file else None,
+        entry.name,
+        "plan.method",
+        f"unknown method '{name}'{suggest(name, _METHODS)}; known: {', '.join(methods())}",
+    )
 
 
-def _load_extensions() -> None:
-    """Let `milabench.remote` register its methods (accelerate, multi-node) if present."""
-    global _extensions_loaded
-    if _extensions_loaded:
-        return
-    _extensions_loaded = True
-    try:
-        import milabench.remote.plans  # noqa: F401
-    except ModuleNotFoundError as err:
-        if not (err.name or "").startswith("milabench.remote"):
-            raise
+def check_methods(entries: Iterable[Entry]) -> None:
+    """`ConfigError` for the first entry whose ``plan.method`` has no builder."""
+    for entry in entries:
+        if entry.plan.method not in _METHODS:
+            raise _unknown(entry)
 
 
 def build_plan(pack: BenchmarkPackage) -> PlanNode:
     """The run plan of ``pack`` for its entry's ``plan.method``."""
-    _load_extensions()
-    name = method_name(pack.entry)
-    builder = _METHODS.get(name)
+    builder = _METHODS.get(method_name(pack.entry))
     if builder is None:
-        raise ConfigError.at(
-            pack.entry.get("config_file"),
-            pack.entry.get("name"),
-            "plan.method",
-            f"unknown plan method {name!r} (known: {', '.join(methods())})",
-        )
+        raise _unknown(pack.entry)
     return builder(pack)
 
 
@@ -107,14 +107,12 @@ def _per_gpu(pack: BenchmarkPackage) -> PlanNode:
 
 
 def _njobs(pack: BenchmarkPackage) -> PlanNode:
-    n = (pack.entry.get("plan") or {}).get("n", 1)
-    return NJobs(pack.command_node(), n)
-
-
-def _torchrun(pack: BenchmarkPackage) -> PlanNode:
-    return TorchRun(pack.command_node())
+    n = pack.entry.plan.n
+    return NJobs(pack.command_node(), 1 if n is None else n)
 
 
 register_method("per_gpu", _per_gpu)
 register_method("njobs", _njobs)
-register_method("torchrun", _torchrun)
+register_method("torchrun", build_torchrun)  # one node, or one launcher per node
+register_method("multinode", build_torchrun)  # the same, for suites that want to say it
+register_method("accelerate", build_accelerate)

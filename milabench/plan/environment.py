@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
+
+from milabench.config.entry import Entry, as_entry
+from milabench.config.placeholders import placeholder_values
 
 # arch -> (variable, how one device index is written)
 SELECTION_VARIABLES: dict[str, tuple[str, str]] = {
@@ -55,47 +58,28 @@ def device_indices(system: dict) -> list[int]:
     return list(range(gpu_count(system)))
 
 
-def cpu_per_gpu(entry: dict, system: dict) -> int:
-    """`{cpu_per_gpu}`: from H1's placeholder table when available, same rule otherwise."""
-    try:
-        from milabench.config.placeholders import placeholder_values
-    except ImportError:
-        placeholder_values = None
-    if placeholder_values is not None:
-        try:
-            value = placeholder_values(entry, system).get("cpu_per_gpu")
-            if value is not None:
-                return max(int(value), 1)
-        except Exception:  # a half-written config engine must not break every run
-            pass
-    options = system.get("options") or {}
-    cpu_opts = options.get("cpu") or {}
-    total = cpu_opts.get("total_count") or (system.get("cpu") or {}).get("count")
-    total = int(total or os.cpu_count() or 1) - int(cpu_opts.get("reserved_cores") or 0)
-    return max(total // max(gpu_count(system), 1), 1)
+def cpu_per_gpu(entry: Entry, system: dict) -> int:
+    """`{cpu_per_gpu}` of the placeholder table: the threads one process may use."""
+    return max(int(placeholder_values(entry, system)["cpu_per_gpu"]), 1)
 
 
-def venv_bin(entry: dict) -> Path:
-    """The folder holding the benchmark's python/voir/torchrun executables."""
-    if entry.get("use_current_env"):
-        return Path(sys.executable).parent
-    return Path((entry.get("dirs") or {}).get("venv") or sys.prefix) / "bin"
-
-
-def benchmark_env(entry: dict, system: dict, device: int | None = None) -> dict[str, str]:
+def benchmark_env(
+    entry: Entry | Mapping[str, Any], system: dict, device: int | None = None
+) -> dict[str, str]:
     """Variables added for one process of ``entry`` (restricted to ``device`` if given).
 
     With ``device=None`` the selection variable lists every visible device (njobs, the
     torchrun launcher); on a CPU-only node it is not set at all. The entry's own ``env``
     comes last so a suite can override anything.
     """
-    dirs = entry.get("dirs") or {}
+    entry = as_entry(entry)
+    dirs = entry.dirs
     env: dict[str, str] = {}
     for key in ("base", "venv", "data", "cache", "extra", "runs"):
         if dirs.get(key) is not None:
-            env[f"MILABENCH_DIR_{key.upper()}"] = str(dirs[key])
-    env["MILABENCH_CONFIG"] = json.dumps(entry, default=str)
-    cache = dirs.get("cache")
+            env[f"MILABENCH_DIR_{key.upper()}"] = str(dirs.get(key))
+    env["MILABENCH_CONFIG"] = json.dumps(dict(entry.raw), default=str)
+    cache = dirs.cache
     if cache:
         env["XDG_CACHE_HOME"] = str(cache)
         env["TORCH_HOME"] = str(Path(cache) / "torch")
@@ -110,12 +94,12 @@ def benchmark_env(entry: dict, system: dict, device: int | None = None) -> dict[
         if devices:
             env[variable] = selection_value(arch, devices) or ""
 
-    bindir = venv_bin(entry)
+    bindir = entry.bindir
     env["PATH"] = os.pathsep.join([str(bindir), os.environ.get("PATH", os.defpath)])
-    if not entry.get("use_current_env"):
-        env["VIRTUAL_ENV"] = str(bindir.parent)
+    if not entry.use_current_env:
+        env["VIRTUAL_ENV"] = str(entry.venv)
 
-    for key, value in (entry.get("env") or {}).items():
+    for key, value in entry.env.items():
         if value is None:
             continue
         env[str(key)] = value if isinstance(value, str) else json.dumps(value)

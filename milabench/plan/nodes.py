@@ -21,31 +21,32 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from benchkit.options import parse_measure
+from milabench.config.entry import Entry, as_entry
+from milabench.config.placeholders import resolve_argv as _resolve
+from milabench.config.placeholders import resolve_text
 from milabench.errors import ConfigError
-from milabench.plan.environment import benchmark_env, device_indices, gpu_count, venv_bin
+from milabench.plan.environment import benchmark_env, device_indices, gpu_count
 from milabench.plan.spec import ProcessSpec
 
 
-def resolve_argv(argv: list[str], entry: dict, system: dict, device: int | None) -> list[str]:
+def resolve_argv(argv: list[str], entry: Entry, system: dict, device: int | None) -> list[str]:
     """Brace placeholders resolved by the config engine (`milabench.config.placeholders`)."""
-    from milabench.config.placeholders import resolve_argv as _resolve
-
     return _resolve([str(a) for a in argv], entry, system, device=device)
 
 
-def entry_working_dir(entry: dict, system: dict | None = None) -> str:
+def entry_working_dir(entry: Entry | Mapping[str, Any], system: dict | None = None) -> str:
     """The working directory of the entry's processes (absolute when the definition is).
 
     The entry's ``working_dir`` with its brace placeholders (``{milabench_extra}``...)
     resolved like argv, relative to the definition folder; the definition folder itself
     when the entry has none.
     """
-    definition = str(entry.get("definition") or ".")
-    value = entry.get("working_dir")
-    if not isinstance(value, str) or not value:
+    entry = as_entry(entry)
+    definition = str(entry.code)
+    value = entry.working_dir
+    if not value:
         return definition
-    from milabench.config.placeholders import resolve_text
-
     text = resolve_text(value, entry, system or {}, key="working_dir")
     path = Path(os.path.expandvars(text)).expanduser()
     if not path.is_absolute():
@@ -53,25 +54,21 @@ def entry_working_dir(entry: dict, system: dict | None = None) -> str:
     return os.path.normpath(path)
 
 
-def entry_tag(entry: dict) -> list[str]:
-    tag = entry.get("tag") or [entry["name"]]
-    return [str(t) for t in tag]
+def entry_tag(entry: Entry) -> list[str]:
+    return list(entry.tag)
 
 
 DEFAULT_TIMEOUT = 600.0  # an entry with neither max_duration nor a time window
 
 
-def entry_timeout(entry: dict) -> float:
+def entry_timeout(entry: Entry) -> float:
     """The process timeout: the entry's ``max_duration`` when it sets one, else derived
     from its measurement budget (start-up margin + warm-up + window, docs/measurement.md)
     so that a slow machine ends its window, with what it measured, before the timeout."""
-    value = entry.get("max_duration")
-    if value not in (None, ""):
-        return float(value)
-    from benchkit.options import parse_measure
-
+    if entry.max_duration is not None:
+        return entry.max_duration
     try:
-        derived = parse_measure(entry.get("measure")).timeout
+        derived = parse_measure(dict(entry.measure) if entry.measure else None).timeout
     except ValueError:
         derived = 0.0  # reported by the config validation; never a crash here
     return derived or DEFAULT_TIMEOUT
@@ -80,7 +77,7 @@ def entry_timeout(entry: dict) -> float:
 class PlanNode:
     """Base of every node: `specs(device)` gives the processes, `processes()` the plan's."""
 
-    entry: dict
+    entry: Entry
     system: dict
 
     def specs(self, device: int | None = None) -> list[ProcessSpec]:
@@ -108,7 +105,7 @@ class Script(PlanNode):
 
     def __init__(
         self,
-        entry: dict,
+        entry: Entry | Mapping[str, Any],
         system: dict,
         script: str | Path,
         argv: list[str] | None = None,
@@ -118,11 +115,11 @@ class Script(PlanNode):
         tag: list[str] | None = None,
         cwd: str | Path | None = None,
     ) -> None:
-        self.entry = entry
+        self.entry = entry = as_entry(entry)
         self.system = system
         self.script = str(script)
         self.argv = list(argv or [])
-        self.python = str(python or venv_bin(entry) / "python")
+        self.python = str(python or entry.python)
         self.env = dict(env or {})
         self.tag = list(tag) if tag is not None else entry_tag(entry)
         self.cwd = str(cwd or entry_working_dir(entry, system))
@@ -181,9 +178,9 @@ class Voir(PlanNode):
         self.system = inner.system
         self.voirfile = str(voirfile) if voirfile else None
         if options is None:
-            options = (self.entry.get("voir") or {}).get("options") or {}
+            options = self.entry.voir_options
         self.options = dict(options)
-        self.executable = str(executable or venv_bin(self.entry) / "voir")
+        self.executable = str(executable or self.entry.bindir / "voir")
 
     def specs(self, device: int | None = None) -> list[ProcessSpec]:
         out = []
@@ -236,22 +233,22 @@ class NJobs(PlanNode):
         return out
 
 
-def plan_count(entry: dict, key: str, value: Any) -> int:
+def plan_count(entry: Entry, key: str, value: Any) -> int:
     """``plan.<key>`` (``n``, ``nproc``) as a whole number >= 1, else a `ConfigError`
     naming the entry (validation catches this at load time; this guards direct callers)."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value  # the rule of `config.validate` (which reports it at load time)
     raise ConfigError.at(
-        entry.get("config_file"),
-        entry.get("name"),
+        entry.config_file,
+        entry.name,
         f"plan.{key}",
         f"expected a whole number >= 1, not {value!r}",
     )
 
 
-def default_nproc(entry: dict, system: dict) -> int:
+def default_nproc(entry: Entry, system: dict) -> int:
     """Workers per node: ``plan.nproc`` if set, else the device count, else 2 on CPU."""
-    nproc = (entry.get("plan") or {}).get("nproc")
+    nproc = entry.plan.nproc
     if nproc is not None:
         return plan_count(entry, "nproc", nproc)
     return gpu_count(system) or 2
@@ -282,7 +279,7 @@ class TorchRun(PlanNode):
             if nproc is not None
             else default_nproc(self.entry, self.system)
         )
-        self.executable = str(executable or venv_bin(self.entry) / "torchrun")
+        self.executable = str(executable or self.entry.bindir / "torchrun")
         self.standalone = standalone
         self.extra_args = list(extra_args or [])
 
@@ -332,9 +329,16 @@ class Wrapper(PlanNode):
 class Fixed(PlanNode):
     """A plan made of already-built specs (tests, tools, `envs` pip commands)."""
 
-    def __init__(self, specs: list[ProcessSpec], entry: dict | None = None, system=None):
+    def __init__(
+        self,
+        specs: list[ProcessSpec],
+        entry: Entry | Mapping[str, Any] | None = None,
+        system: dict | None = None,
+    ) -> None:
         self._specs = list(specs)
-        self.entry = entry if entry is not None else (specs[0].entry if specs else {})
+        if entry is None:
+            entry = specs[0].entry if specs and specs[0].entry is not None else Entry(name="")
+        self.entry = as_entry(entry)
         self.system = system or {}
 
     def specs(self, device: int | None = None) -> list[ProcessSpec]:

@@ -8,8 +8,11 @@ without starting anything.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from milabench.config.entry import Entry, as_entry
 
 
 @dataclass
@@ -30,7 +33,12 @@ class ProcessSpec:
     node: dict | None = None
     data_channel: str = "fd"
     timeout: float = 600.0
-    entry: dict = field(default_factory=dict)
+    entry: Entry = field(default_factory=lambda: Entry(name=""))
+
+    def __post_init__(self) -> None:
+        # Tools (pip steps of `envs`) describe themselves with a small mapping.
+        if not isinstance(self.entry, Entry):
+            self.entry = as_entry(self.entry if isinstance(self.entry, Mapping) else {})
 
     @property
     def name(self) -> str:
@@ -42,4 +50,6 @@ class ProcessSpec:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["entry"] = self.entry.as_dict()
+        return out

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
+from milabench.config.nodes import runs_locally
 from milabench.execute.launcher import Launcher, LocalLauncher, ProcessHandle
+from milabench.plan.multinode import select_nodes
 from milabench.remote.launcher import SSHLauncher
-from milabench.remote.nodes import runs_locally
 
 
 class NodeLauncher(Launcher):
@@ -37,15 +38,11 @@ class NodeLauncher(Launcher):
         ``ssh.connect_timeout``, naming the node. Connections are reused, so this costs
         one handshake per node per run.
         """
-        entry = spec.entry or {}
-        try:
-            if int(entry.get("num_machines") or 1) <= 1:
-                return
-        except (TypeError, ValueError):
+        if spec.entry.num_machines <= 1:
             return
-        from milabench.remote.plans import select_nodes
-
-        nodes = [n for n in select_nodes(entry, self.system) if not runs_locally(n, self.system)]
+        nodes = [
+            n for n in select_nodes(spec.entry, self.system) if not runs_locally(n, self.system)
+        ]
         await asyncio.gather(*(self.ssh.pool.connect(n) for n in nodes))
 
     async def close(self) -> None:

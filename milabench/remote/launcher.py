@@ -311,8 +311,8 @@ class SSHLauncher(Launcher):
             )
             return remote_command(argv, {}, None, env_file=env_file)
         command = remote_command(argv, {}, spec.cwd, env_file=env_file)
-        definition = (spec.entry or {}).get("definition")
-        if spec.cwd and isinstance(definition, str) and spec.cwd != definition:
+        definition = spec.entry.definition
+        if spec.cwd and definition is not None and spec.cwd != str(definition):
             # a ``working_dir`` outside the synced code folder may not exist on the node
             command = f"mkdir -p -- {shlex.quote(str(spec.cwd))} && {command}"
         return command
@@ -361,5 +361,5 @@ class SSHLauncher(Launcher):
 
 
 def _base_of(spec) -> str | None:
-    dirs = (spec.entry or {}).get("dirs") or {}
-    return dirs.get("base") or spec.env.get("MILABENCH_BASE")
+    base = spec.entry.dirs.base
+    return str(base) if base is not None else spec.env.get("MILABENCH_BASE")

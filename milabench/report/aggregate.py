@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from benchkit.window import Interval, rate_interval, t975
+from milabench.config.entry import Entry, as_entry
 from milabench.report import outcome, stats
 from milabench.report.numbers import MISSING, fmt_duration, fmt_seconds, fmt_sig
 from milabench.report.runs import FileResult
@@ -339,13 +342,13 @@ class BenchResult:
         return float(self.weight) * (1.0 if self.enabled else 0.0)
 
 
-def apply_entry(br: BenchResult, entry: dict) -> None:
-    br.weight = float(entry.get("weight", br.weight) or 0.0)
-    br.enabled = bool(entry.get("enabled", True))
-    br.group = entry.get("group", br.group)
-    plan = entry.get("plan") or {}
-    if isinstance(plan, dict):
-        br.plan_method = plan.get("method", br.plan_method)
+def apply_entry(br: BenchResult, entry: Entry | Mapping[str, Any]) -> None:
+    """Weight, group and plan method of the suite entry (or of a run's `config` record)."""
+    entry = as_entry(entry)
+    br.weight = entry.weight
+    br.enabled = entry.enabled
+    br.group = entry.group or br.group
+    br.plan_method = entry.plan.method
 
 
 def _accelerator_stats(br: BenchResult, files: list[FileResult], per_gpu: bool) -> None:
@@ -433,8 +436,9 @@ def aggregate_benchmark(br: BenchResult) -> BenchResult:
     _instrumentation_overhead(br, ok)
     several = len(active) > 1
     for fr in active:
+        prefix = f"{fr.tag}: " if several else ""
+        br.warnings.extend(prefix + text for text in fr.recorded_warnings)
         if fr.group_key not in groups_with_rates:
-            prefix = f"{fr.tag}: " if several else ""
             br.warnings.extend(prefix + text for text in unmeasured_warnings(fr))
     br.reason = missing_reason(br)
     return br

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from milabench.config.entry import Entry, as_entry
 from milabench.errors import ConfigError
 from milabench.report.numbers import fmt_sig
 from milabench.report.significance import bootstrap_ratio_ci, mann_whitney_u
@@ -94,14 +96,15 @@ def thresholds_from_file(path: Path) -> dict[str, Threshold]:
     return out
 
 
-def thresholds_from_entries(entries: dict, default: Threshold) -> dict[str, Threshold]:
+def thresholds_from_entries(
+    entries: Mapping[str, Entry | Mapping[str, Any]], default: Threshold
+) -> dict[str, Threshold]:
     """The `compare:` key of suite entries."""
+    typed = {name: as_entry(e) for name, e in entries.items()}
     return {
-        name: threshold_from(
-            e.get("compare"), f"{e.get('config_file', 'suite')}: {name}.compare", default
-        )
-        for name, e in entries.items()
-        if isinstance(e, dict) and e.get("compare") is not None
+        name: threshold_from(e.compare, f"{e.config_file or 'suite'}: {name}.compare", default)
+        for name, e in typed.items()
+        if e.compare is not None
     }
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from milabench.events import RC_INTERRUPTED, RC_TIMEOUT
+
 SUCCESS = "success"
 FAILED = "failed"
 SKIPPED = "skipped"
@@ -67,9 +69,9 @@ def status(f: Facts) -> str:
     if f.nan_loss or f.errors:
         return FAILED
     if not f.early_stop:
-        if f.return_code == "TIMEOUT":
+        if f.return_code == RC_TIMEOUT:
             return TIMED_OUT
-        if f.return_code == "INTERRUPTED":
+        if f.return_code == RC_INTERRUPTED:
             return INTERRUPTED
         if not f.has_end:
             return INCOMPLETE

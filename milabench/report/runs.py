@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milabench.events import as_float, read_events
+from milabench.config.entry import Entry
+from milabench.events import RC_SKIPPED, as_float, read_events
 from milabench.report.outcome import ERROR_EVENTS
 
 _REPEAT = re.compile(r"^R(\d+)$")
 _DEVICE = re.compile(r"^D(\d+)$")
 _JOB = re.compile(r"^\d+$")
 
-SKIPPED = "SKIPPED"
+SKIPPED = RC_SKIPPED
 # `runs/install.<time>/` and `runs/prepare.<time>/` hold logs of those commands: only the
 # `error` layer applies to them (no rates, not part of the score).
 LOG_PHASES = ("install", "prepare")
@@ -52,6 +53,8 @@ class FileResult:
     skip_reason: str | None = None
     errors: list[dict] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    # `message` events marked ``warning`` (a monitor that stopped, ...): shown, never fatal
+    recorded_warnings: list[str] = field(default_factory=list)
     format_errors: int = 0
     n_data: int = 0
     stderr_lines: list[str] = field(default_factory=list)  # from `line` events
@@ -84,10 +87,19 @@ class FileResult:
         return any(not math.isfinite(x) for x in self.losses)
 
     @property
+    def entry(self) -> Entry:
+        """The `config` record as a typed entry (missing keys, as in older run folders,
+        take the defaults): the report reads its fields, never the record's keys."""
+        cached = self.__dict__.get("_entry")  # (record it was built from, entry)
+        if cached is None or cached[0] is not self.config:
+            record = self.config if isinstance(self.config, dict) else {}
+            cached = self.__dict__["_entry"] = (self.config, Entry.from_mapping(record))
+        return cached[1]
+
+    @property
     def measure(self) -> dict:
         """The entry's resolved `measure` block (empty for older run folders)."""
-        block = self.config.get("measure") if isinstance(self.config, dict) else None
-        return block if isinstance(block, dict) else {}
+        return dict(self.entry.measure or {})
 
     @property
     def peak_rss(self) -> float | None:
@@ -235,6 +247,8 @@ def read_file(path: Path) -> FileResult:
             msg = data.get("message") if isinstance(data, dict) else data
             if msg is not None:
                 fr.messages.append(str(msg))
+                if isinstance(data, dict) and data.get("warning"):
+                    fr.recorded_warnings.append(str(msg))
             if isinstance(data, dict) and data.get("skipped"):
                 kind_ = data["skipped"] if isinstance(data["skipped"], str) else "capability"
                 note = str(msg).removeprefix("skipped: ") if msg else ""
@@ -250,7 +264,7 @@ def read_file(path: Path) -> FileResult:
     if fr.return_code == SKIPPED and fr.skip_reason is None:
         note = fr.messages[-1].removeprefix("skipped: ") if fr.messages else None
         fr.skip_reason = "skipped: capability" + (f" ({note})" if note else "")
-    name, info = split_tag(tag, fr.config.get("name"))
+    name, info = split_tag(tag, fr.entry.name or None)
     fr.name = name
     fr.repeat, fr.device, fr.job, fr.node = (
         info["repeat"],

@@ -316,8 +316,8 @@ class Store:
         files = [fr for br in report.benchmarks for fr in br.files]
         started = min((fr.start_time for fr in files if fr.start_time), default=None)
         meta = next((fr.meta for fr in files if fr.meta), None)
-        config_file = next((fr.config.get("config_file") for fr in files
-                            if fr.config.get("config_file")), None)  # fmt: skip
+        config_file = next((fr.entry.config_file for fr in files
+                            if fr.entry.config_file), None)  # fmt: skip
         results, samples = [], []
         for br in report.benchmarks:
             if br.phase != "run":
@@ -526,7 +526,7 @@ def _tags(br: Any) -> str | None:
     """The entry's tags (config record `tags`), comma-joined in order, or None."""
     tags: list[str] = []
     for fr in br.files:
-        for t in fr.config.get("tags") or []:
+        for t in fr.entry.tags:
             if str(t) not in tags:
                 tags.append(str(t))
     return ",".join(tags) or None

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from benchkit.golden import fmt_error, fmt_tolerance
+from milabench.config.entry import Entry
 from milabench.errors import UsageError
 from milabench.events import as_float
 from milabench.report import stats
@@ -157,9 +158,10 @@ def layer_loss(benches: list[BenchResult]) -> LayerResult:
     return res
 
 
-def _threshold(entry: dict, key: str, default: float) -> float:
+def _threshold(entry: Entry, key: str, default: float) -> float:
     """`validation.usage.<key>` of the entry, else MILABENCH_VALIDATION_USAGE_<KEY>, else default."""
-    val = ((entry.get("validation") or {}).get("usage") or {}).get(key)
+    usage = entry.validation.get("usage")
+    val = usage.get(key) if isinstance(usage, dict) else None
     if val is None:
         val = os.environ.get(f"MILABENCH_VALIDATION_USAGE_{key.upper()}")
     try:
@@ -174,7 +176,7 @@ def layer_usage(benches: list[BenchResult]) -> LayerResult:
         active = [fr for fr in _active(br) if br.statuses[fr.tag] == SUCCESS]
         if not active:
             continue
-        entry = active[0].config
+        entry = active[0].entry
         load_t = _threshold(entry, "gpu_load_threshold", 0.5)
         mem_t = _threshold(entry, "gpu_mem_threshold", 0.5)
         loads, mem_frac = [], []
@@ -210,19 +212,17 @@ def expected_processes(br: BenchResult) -> int | None:
     active = _active(br)
     if not active:
         return None
-    entry = active[0].config or {}
-    plan = entry.get("plan") or {}
-    method = plan.get("method") if isinstance(plan, dict) else None
-    machines = entry.get("num_machines")
-    machines = int(machines) if isinstance(machines, int) and machines > 0 else 1
+    entry = active[0].entry
+    method = entry.plan.method
+    machines = entry.num_machines
     per_node = any(fr.node is not None for fr in active)  # one file per node and launch
     if method == "per_gpu":
         meta = active[0].meta or {}
         gpus = ((meta.get("accelerators") or {}).get("gpus")) or {}
         base = max(1, len(gpus))
     elif method == "njobs":
-        n = plan.get("n")
-        if not isinstance(n, int):
+        n = entry.plan.n
+        if n is None:
             return None
         base = n
     else:

@@ -56,10 +56,8 @@ def make_console_sink(
     ``total`` is the number of benchmark runs planned (for the global progress line).
     """
     stream = stream or sys.stdout
-    try:
-        from milabench.sinks.dashboard import make_dashboard
-    except ImportError:
-        return PlainPrinter(stream)
+    from milabench.sinks.dashboard import make_dashboard  # falls back to plain lines itself
+
     return make_dashboard(mode, stream, total=total)
 
 

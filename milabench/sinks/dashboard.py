@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from milabench.events import as_float
+from milabench.events import RC_SKIPPED, as_float
 from milabench.report import outcome
 from milabench.report.numbers import fmt_bytes, fmt_sig
 from milabench.report.outcome import ERROR_EVENTS
@@ -251,7 +251,7 @@ class _State:
         row.ended = time.monotonic()
         if data.get("early_stop") is True:
             row.early_stop = True
-        if rc == "SKIPPED":
+        if rc == RC_SKIPPED:
             row.skipped = True
         # A multi-node rank without rates succeeds when another rank of its launch has them.
         group, ranked = _group_key(tag, row.name)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from milabench.config.argv import argv_list
+from milabench.config.argv import argv_list as _argv_list
 from milabench.errors import ConfigError
+
+
+def argv_list(entry: dict) -> list[str]:
+    """An entry's argv as the pack assembles it (errors name its file and entry)."""
+    return _argv_list(entry.get("argv"), file=entry.get("config_file"), name=entry.get("name"))
 
 
 def test_list_is_passed_as_is():

@@ -90,8 +90,8 @@ def test_results_are_not_aliased(tmp_path):
         "c: {definition: ., plan: '${packs.a.plan}'}\n",
     )
     s = load_suite(tmp_path / "s.yaml", base=tmp_path)
-    s.entries["b"]["plan"]["n"] = 5
-    assert "n" not in s.entries["c"]["plan"] and "n" not in s.entries["a"]["plan"]
+    s.entries["b"].raw["plan"]["n"] = 5
+    assert "n" not in s.entries["c"].raw["plan"] and "n" not in s.entries["a"].raw["plan"]
 
 
 def test_interpolation_error_names_file_entry_key(tmp_path):

@@ -38,10 +38,10 @@ def test_base_yaml_writes_out_the_defaults_benchkit_uses():
 def test_no_shipped_suite_counts_steps_or_caps_the_window(name):
     s = load_suite(REPO / "config" / name)
     for entry_name, entry in s.all_entries.items():
-        options = (entry.get("voir") or {}).get("options") or {}
+        options = entry.voir_options
         assert "stop" not in options and "skip" not in options, entry_name
-        assert entry.get("max_duration") is None, entry_name
-        m = parse_measure(entry.get("measure"))
+        assert entry.max_duration is None, entry_name
+        m = parse_measure(dict(entry.measure or {}))
         assert entry_timeout(entry) == m.timeout == m.startup + m.warmup_max + m.max
 
 
@@ -60,7 +60,7 @@ def test_timeout_derives_from_the_budget_and_max_duration_replaces_it(tmp_path):
 
 def test_override_changes_the_window(tmp_path):
     path = suite(tmp_path, "")
-    entry = load_suite(path, overrides=["bench.measure.precision=0.05"]).entries["bench"]
+    entry = load_suite(path, overrides=["bench.measure.precision=0.05"]).entries["bench"].raw
     assert parse_measure(entry["measure"]).precision == 0.05
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from cfgtest_util import run_cli, write
 
+from milabench.config.entry import Entry
 from milabench.config.options import checked_number
 from milabench.config.system import load_system
 from milabench.errors import ConfigError
@@ -93,7 +94,12 @@ def test_cli_prints_one_line_for_a_bad_option(tmp_path):
 
 
 def test_plan_code_never_raises_a_bare_value_error():
-    entry = {"name": "convnet", "config_file": "suite.yaml", "plan": {"nproc": "two"}}
+    raw = {"name": "convnet", "config_file": "suite.yaml", "plan": {"nproc": "two"}}
+    entry = Entry.from_mapping(raw)
+    # the typed entry holds whole numbers only (the loader's validation rejects "two"
+    # with its file and key); plan code then falls back to the default, never a ValueError
+    assert entry.plan.nproc is None and default_nproc(entry, {}) == 2
+    entry = Entry.from_mapping({**raw, "plan": {"nproc": 0}})
     with pytest.raises(ConfigError, match=r"^suite\.yaml: convnet\.plan\.nproc: "):
         default_nproc(entry, {})
     # the same rule as the load-time validation: a whole number >= 1, nothing converted

@@ -26,7 +26,7 @@ def suite_with(tmp_path: Path, fields: str) -> Path:
 
 def test_fields_are_kept_as_written(tmp_path):
     path = suite_with(tmp_path, '  script: train.py\n  working_dir: "{milabench_extra}/w"\n')
-    entry = load_suite(path, base=tmp_path / "base").entries["foo"]
+    entry = load_suite(path, base=tmp_path / "base").entries["foo"].raw
     assert entry["script"] == "train.py"
     assert entry["working_dir"] == "{milabench_extra}/w"
 
@@ -59,7 +59,7 @@ def test_absolute_script_and_missing_folder(tmp_path):
     load_suite(suite_with(tmp_path, f"  script: {other}\n"), base=tmp_path / "base")
     # a definition folder that does not exist is not the script's fault
     path = write(tmp_path / "s2.yaml", "foo:\n  definition: nowhere\n  script: x.py\n")
-    assert load_suite(path, base=tmp_path / "base").entries["foo"]["script"] == "x.py"
+    assert load_suite(path, base=tmp_path / "base").entries["foo"].raw["script"] == "x.py"
 
 
 def test_resolve_error_exit_code_and_matrix_cwd(tmp_path):

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from cfgtest_util import SUITES, write
 
-from milabench.config import PLAN_METHODS, load_suite
+from milabench.config import load_suite
 from milabench.config.argv import argv_list
 from milabench.errors import ConfigError, UsageError
+from milabench.plan import methods
 
 MAIN = SUITES / "main.yaml"
 
@@ -40,31 +41,31 @@ def test_private_and_disabled_entries(suite):
     assert not any(n.startswith("_") for n in suite.all_entries)
     # Disabled by the suite's _defaults: listed for the report, never selected.
     assert "disabled-one" not in suite.entries
-    assert suite.all_entries["disabled-one"]["enabled"] is False
-    assert suite.all_entries["disabled-one"]["weight"] == 4
+    assert suite.all_entries["disabled-one"].raw["enabled"] is False
+    assert suite.all_entries["disabled-one"].raw["weight"] == 4
     assert set(suite.templates) == {"_base", "_child", "_other"}
 
 
 def test_include_chain_later_file_wins(suite):
     # root.yaml defines `shadowed` with weight 1; main.yaml (including it) sets 2 + enabled.
-    assert suite.entries["shadowed"]["weight"] == 2
-    assert suite.entries["shadowed"]["enabled"] is True
+    assert suite.entries["shadowed"].raw["weight"] == 2
+    assert suite.entries["shadowed"].raw["enabled"] is True
     # `first` enables itself in root.yaml; _defaults (enabled: false) is only a default.
-    assert suite.entries["first"]["enabled"] is True
+    assert suite.entries["first"].raw["enabled"] is True
 
 
 def test_definition_relative_to_the_file_that_wrote_it(suite):
     alpha = str(SUITES / "benches" / "alpha")
     gamma = str(SUITES / "benches" / "gamma")
-    assert suite.entries["first"]["definition"] == gamma  # written in root.yaml
-    assert suite.entries["resnet"]["definition"] == alpha  # inherited from sub/templates.yaml
-    assert suite.entries["resnet"]["config_file"] == str(MAIN)
-    assert suite.entries["resnet"]["config_base"] == str(SUITES)
-    assert suite.entries["first"]["config_file"] == str(SUITES / "root.yaml")
+    assert suite.entries["first"].raw["definition"] == gamma  # written in root.yaml
+    assert suite.entries["resnet"].raw["definition"] == alpha  # inherited from sub/templates.yaml
+    assert suite.entries["resnet"].raw["config_file"] == str(MAIN)
+    assert suite.entries["resnet"].raw["config_base"] == str(SUITES)
+    assert suite.entries["first"].raw["config_file"] == str(SUITES / "root.yaml")
 
 
 def test_multi_level_inheritance_and_tags(suite):
-    resnet = suite.entries["resnet"]
+    resnet = suite.entries["resnet"].raw
     assert resnet["tags"] == ["monogpu", "noio"]  # sorted union along _base -> _child
     assert resnet["argv"]["--batch-size"] == 64  # child wins
     assert resnet["argv"]["--synthetic"] is True  # from _child
@@ -72,7 +73,7 @@ def test_multi_level_inheritance_and_tags(suite):
     assert resnet["voir"] == {"options": {"stop": 20, "skip": 2}}  # suite _defaults
     assert resnet["install_group"] == "torch"
     assert resnet["group"] == "vision"
-    assert argv_list(resnet) == [
+    assert argv_list(resnet["argv"]) == [
         "data",
         "--batch-size",
         "64",
@@ -83,7 +84,7 @@ def test_multi_level_inheritance_and_tags(suite):
 
 
 def test_list_of_parents_merged_left_to_right(suite):
-    multi = suite.entries["multi"]
+    multi = suite.entries["multi"].raw
     assert multi["definition"] == str(SUITES / "benches" / "beta")  # _other is later
     assert multi["env"] == {"A": "1"}
     assert multi["tags"] == ["inference", "monogpu"]
@@ -91,11 +92,11 @@ def test_list_of_parents_merged_left_to_right(suite):
 
 
 def test_star_entry_merged_on_top(suite):
-    assert {e["max_duration"] for e in suite.all_entries.values()} == {90}
+    assert {e.max_duration for e in suite.all_entries.values()} == {90}
 
 
 def test_identity_fields_and_defaults(suite):
-    e = suite.entries["first"]
+    e = suite.entries["first"].raw
     assert e["name"] == "first" and e["tag"] == ["first"]
     assert e["group"] == "first" and e["install_group"] == "first"
     assert e["install_variant"] == "cpu"
@@ -116,7 +117,7 @@ def test_identity_fields_and_defaults(suite):
 def test_matrix_two_axes(suite):
     grid = {n: e for n, e in suite.entries.items() if n.startswith("grid-")}
     assert list(grid) == ["grid-sgd-bs16", "grid-adam-bs16", "grid-sgd-bs32", "grid-adam-bs32"]
-    e = grid["grid-adam-bs32"]
+    e = grid["grid-adam-bs32"].raw
     assert e["matrix"] == {"bs": 32, "opt": "adam"}
     assert e["argv"]["--batch-size"] == 32  # a whole-string placeholder keeps its type
     assert e["argv"]["--optimizer"] == "adam"
@@ -129,7 +130,7 @@ def test_matrix_two_axes(suite):
 
 
 def test_omegaconf_interpolation_absolute_and_relative(suite):
-    env = suite.entries["interp"]["env"]
+    env = suite.entries["interp"].raw["env"]
     assert env == {"ARCH": "cpu", "GROUP": "interp", "NAME": "interp", "SELF": "cpu"}
 
 
@@ -184,11 +185,11 @@ def test_overrides_last_layer():
             "resnet.argv.data=!delete",
         ],
     )
-    assert s.entries["resnet"]["argv"]["--batch-size"] == 8
-    assert "data" not in s.entries["resnet"]["argv"]
-    assert {e["max_duration"] for e in s.entries.values()} == {30}
-    assert s.entries["grid-sgd-bs16"]["weight"] == 0
-    assert s.entries["first"]["voir"]["options"]["stop"] == 5
+    assert s.entries["resnet"].raw["argv"]["--batch-size"] == 8
+    assert "data" not in s.entries["resnet"].raw["argv"]
+    assert {e.max_duration for e in s.entries.values()} == {30}
+    assert s.entries["grid-sgd-bs16"].raw["weight"] == 0
+    assert s.entries["first"].raw["voir"]["options"]["stop"] == 5
 
 
 def test_override_of_unknown_entry():
@@ -198,8 +199,8 @@ def test_override_of_unknown_entry():
 
 def test_use_current_env():
     s = load_suite(MAIN, base="/tmp/x", use_current_env=True)
-    assert all(e["dirs"]["venv"] == sys.prefix for e in s.entries.values())
-    assert all(e["use_current_env"] is True for e in s.entries.values())
+    assert all(str(e.dirs.venv) == sys.prefix for e in s.entries.values())
+    assert all(e.use_current_env is True and e.venv == Path(sys.prefix) for e in s.entries.values())
 
 
 def test_delete_tag_and_append(tmp_path):
@@ -215,10 +216,10 @@ def test_delete_tag_and_append(tmp_path):
         "two: {inherits: _t, argv: {append: [d]}}\n",
     )
     s = load_suite(tmp_path / "top.yaml", base=tmp_path)
-    assert s.entries["one"]["argv"] == ["a", "b", "c"]
-    assert s.entries["one"]["tags"] == ["x", "y"]
-    assert s.entries["one"]["env"] == {"B": "2"}
-    assert s.entries["two"]["argv"] == ["a", "b", "d"]
+    assert s.entries["one"].raw["argv"] == ["a", "b", "c"]
+    assert s.entries["one"].raw["tags"] == ["x", "y"]
+    assert s.entries["one"].raw["env"] == {"B": "2"}
+    assert s.entries["two"].raw["argv"] == ["a", "b", "d"]
 
 
 def test_suite_defaults_apply_without_inherits(tmp_path):
@@ -227,16 +228,17 @@ def test_suite_defaults_apply_without_inherits(tmp_path):
         "_defaults: {max_duration: 42, weight: 0.5, plan: {method: njobs}}\n"
         "plain: {definition: ., plan: {n: 3}}\n",
     )
-    e = load_suite(tmp_path / "s.yaml", base=tmp_path).entries["plain"]
+    e = load_suite(tmp_path / "s.yaml", base=tmp_path).entries["plain"].raw
     assert e["max_duration"] == 42 and e["weight"] == 0.5
     assert e["plan"] == {"method": "njobs", "n": 3}
     assert e["enabled"] is True  # built-in default survives the suite's _defaults
 
 
 def test_plan_method_dashes_and_known_methods(tmp_path):
-    assert PLAN_METHODS == ("per_gpu", "njobs", "torchrun", "accelerate")
+    # the plan layer's method table is the only list of methods
+    assert methods() == ["accelerate", "multinode", "njobs", "per_gpu", "torchrun"]
     write(tmp_path / "s.yaml", "a: {definition: ., plan: {method: per-gpu}}\n")
-    assert load_suite(tmp_path / "s.yaml", base=tmp_path).entries["a"]["plan"]["method"] == (
+    assert load_suite(tmp_path / "s.yaml", base=tmp_path).entries["a"].raw["plan"]["method"] == (
         "per_gpu"
     )
 
@@ -246,21 +248,24 @@ def test_system_values_reach_entries(tmp_path, monkeypatch):
     write(tmp_path / "s.yaml", "a: {definition: ., env: {V: '${system.gpu.count}'}}\n")
     s = load_suite(tmp_path / "s.yaml", base=tmp_path)
     assert s.system["arch"] == "cuda"
-    assert s.entries["a"]["install_variant"] == "cuda"
-    assert s.entries["a"]["env"]["V"] == 4
+    assert s.entries["a"].raw["install_variant"] == "cuda"
+    assert s.entries["a"].raw["env"]["V"] == 4
 
 
 def test_entries_without_definition_are_not_selectable(tmp_path):
     write(tmp_path / "s.yaml", "a: {weight: 1}\nb: {definition: sub}\n")
     s = load_suite(tmp_path / "s.yaml", base=tmp_path)
     assert list(s.entries) == ["b"]
-    assert s.entries["b"]["definition"] == str(tmp_path / "sub")
+    assert s.entries["b"].raw["definition"] == str(tmp_path / "sub")
 
 
 def test_unknown_fields_are_kept(tmp_path):
-    write(tmp_path / "s.yaml", "a: {definition: ., model: tiny, url: [http://x]}\n")
-    e = load_suite(tmp_path / "s.yaml", base=tmp_path).entries["a"]
-    assert e["model"] == "tiny" and e["url"] == ["http://x"]
+    # kept and handed on (a benchfile may read them), but an unknown name is reported
+    write(tmp_path / "s.yaml", "a: {definition: ., model: tiny, _size: 3, url: [http://x]}\n")
+    with pytest.warns(UserWarning, match=r"a\.model: unknown key; nothing reads it") as seen:
+        e = load_suite(tmp_path / "s.yaml", base=tmp_path).entries["a"].raw
+    assert len(seen) == 1  # `_size` (a benchfile's own) and `url` (upstream) are quiet
+    assert e["model"] == "tiny" and e["_size"] == 3 and e["url"] == ["http://x"]
 
 
 def _big_suite(tmp_path: Path, n: int, interpolate: bool) -> Path:

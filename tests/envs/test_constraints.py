@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from milabench.config.entry import Entry
 from milabench.envs.constraints import (
     DEFAULT_DIR,
     constraints_file,
@@ -56,9 +57,12 @@ def test_constraints_file_choice(tmp_path: Path):
 
 def test_entry_pip_settings():
     entries = [
-        {"pip": {"constraints": ["a<2", "b==1"], "args": ["--no-deps"]}},
-        {"pip": {"constraints": "a<2", "args": "--pre --no-cache"}},
-        {},
+        Entry.from_mapping(m)
+        for m in (
+            {"name": "a", "pip": {"constraints": ["a<2", "b==1"], "args": ["--no-deps"]}},
+            {"name": "b", "pip": {"constraints": "a<2", "args": "--pre --no-cache"}},
+            {"name": "c"},
+        )
     ]
     assert entry_constraint_lines(entries) == ["a<2", "b==1"]
     assert entry_pip_args(entries) == ["--no-deps", "--pre", "--no-cache"]

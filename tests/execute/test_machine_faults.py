@@ -27,6 +27,10 @@ noop:
   definition: {BENCHMARKS}/noop
 diskfill:
   definition: {BENCHMARKS}/diskfill
+monitored:
+  definition: {BENCHMARKS}/monitored
+  env:
+    MILABENCH_FAKE_GPUS: "cuda:1:1000:lost@3"
 """
 
 
@@ -134,4 +138,25 @@ def test_full_disk_during_a_run(tmp_path: Path, tmpfs):
     data = run_dir / "diskfill.0.data"
     events = list(read_events(data))  # every line that stayed is a whole JSON line
     assert len(events) > 10 and data.read_bytes().endswith(b"\n")
+    assert not leftovers(mark)
+
+
+def test_failing_monitor_is_a_recorded_warning(tmp_path: Path):
+    # The accelerator (the fake of the NVML back-end) falls off the bus mid-run: the
+    # benchmark goes on, its measurement stands, and the report says why usage data
+    # stops there instead of leaving it silently absent.
+    mark = f"faults-{uuid.uuid4().hex}"
+    base = tmp_path / "base"
+    proc = milabench(tmp_path, "run", "--base", str(base), "--use-current-env",
+                     "--select", "monitored", mark=mark)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert re.search(r"^Verdict: +PASS \(exit code 0\)$", proc.stdout, re.M), proc.stdout
+    assert "accelerator monitor stopped: RuntimeError: GPU is lost" in proc.stdout
+    [run_dir] = (base / "runs").iterdir()
+    events = list(read_events(run_dir / "monitored.0.data"))
+    warnings = [e for e in events if e["event"] == "message" and e["data"].get("warning")]
+    assert len(warnings) == 1 and warnings[0]["data"]["warning"] == "monitor"
+    assert sum("gpudata" in (e.get("data") or {}) for e in events) == 2  # before the loss
+    assert events[-1]["event"] == "end" and events[-1]["data"]["return_code"] == 0
     assert not leftovers(mark)

@@ -183,7 +183,9 @@ def test_repeat_tags_and_unknown_method(tmp_path):
     assert specs[0].tag == ["healthy", "R2", "D0"]
     assert specs[0].name == "healthy.R2.D0"
     bad = make_entry("healthy", tmp_path, plan={"method": "teleport"}, config_file="s.yaml")
-    with pytest.raises(ConfigError, match=r"s.yaml: healthy.plan.method: unknown plan method"):
+    with pytest.raises(
+        ConfigError, match=r"s.yaml: healthy.plan.method: unknown method 'teleport'"
+    ):
         build_plan(load_pack(bad, cpu_system()))
 
 
@@ -215,7 +217,7 @@ def test_pack_files_and_benchfile(tmp_path):
         "class Pack(BenchmarkPackage):\n"
         "    main_script = 'train.py'\n"
         "    def make_env(self):\n"
-        "        return {'FROM_BENCHFILE': self.entry['custom']}\n"
+        "        return {'FROM_BENCHFILE': self.config['custom']}\n"
         "__pack__ = Pack\n"
     )
     entry = make_entry("bench", tmp_path, definition=folder, custom="yes")

@@ -41,8 +41,11 @@ def test_runfiles_many_tags_redacted_and_flushed(tmp_path):
 def test_succeeded_in_and_set_aside(tmp_path):
     sink = RunFileSink(tmp_path)
 
-    def run(tag, name, code, stop=False):
+    def run(tag, name, code, stop=False, rate=True):
         sink.on_event(tag, {"event": "config", "data": {"name": name}, "pipe": None})
+        if rate:
+            record = {"task": "train", "rate": 12.5, "units": "items/s"}
+            sink.on_event(tag, {"event": "data", "data": record, "pipe": "data"})
         if stop:
             sink.on_event(tag, {"event": "stop", "data": None, "pipe": "data"})
         sink.on_event(tag, {"event": "end", "data": {"return_code": code}, "pipe": None})
@@ -55,10 +58,12 @@ def test_succeeded_in_and_set_aside(tmp_path):
     run("rep.R1.D0", "rep", 0)
     run("rep.R2.D0", "rep", "TIMEOUT")
     run("cut.D0", "cut", 0)
+    run("nothing.D0", "nothing", 0, rate=False)  # exited cleanly, measured nothing
     (tmp_path / "cut.D1.data").write_text('{"event": "config", "data": {"name": "cut"}}\n')
     record_skip([sink], "skip", {"name": "skip"}, "skipped: no gpu")
     record_error([sink], "err", {"name": "err"}, RuntimeError("env missing"))
     sink.close()
+    # the report's success rule: "nothing" measured nothing, so --resume runs it again
     assert succeeded_in(tmp_path) == {"ok", "early", "rep.R1"}
     events = list(read_events(tmp_path / "skip.data"))
     assert events[1]["data"] == {"message": "skipped: no gpu", "skipped": "capability"}

@@ -10,6 +10,7 @@ Run longer with ``HYPOTHESIS_PROFILE=long python -m pytest tests/fuzz`` (see con
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import tempfile
@@ -274,8 +275,11 @@ def check_load(main: str, other: str | None = None) -> None:
             assert "\n" not in message.strip(), f"multi-line message: {message!r}"
             return
         for name, entry in suite.all_entries.items():
-            assert entry["name"] == name and not name.startswith("_")
-            assert isinstance(entry["tags"], list)
+            assert entry.name == name and not name.startswith("_")
+            assert isinstance(entry.raw["tags"], list) and entry.tags == tuple(entry.raw["tags"])
+            # the typed entry's invariants hold for every document the loader accepts
+            assert entry.num_machines >= 1 and math.isfinite(entry.weight)
+            assert entry.max_duration is None or entry.max_duration > 0
 
 
 @fuzz_settings(400)

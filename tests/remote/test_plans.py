@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from milabench.plan.nodes import Script
-from milabench.remote.plans import (
+from milabench.plan.multinode import (
     AccelerateNodes,
     NotEnoughNodes,
     TorchRunNodes,
     select_nodes,
     unmet_nodes,
 )
+from milabench.plan.nodes import Script
 
 
 def _system(n=3, **extra):

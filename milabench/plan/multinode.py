@@ -1,4 +1,4 @@
-"""Multi-node plan methods, registered with `milabench.plan.register_method`.
+"""Multi-node plan methods (registered in `milabench.plan`'s method table).
 
 * ``torchrun``: with ``num_machines: N > 1``, one torchrun launcher per node (main first,
   then N-1 workers in system order) with a static rendezvous on the main node:
@@ -15,23 +15,16 @@ the main node. The rendezvous port is option ``multinode.port`` (default 29400).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from milabench.config.entry import Entry, as_entry
+from milabench.config.nodes import DEFAULT_RDZV_PORT, main_node, runs_locally
 from milabench.config.options import checked_number
 from milabench.errors import ConfigError
-from milabench.plan import (
-    PlanNode,
-    ProcessSpec,
-    TorchRun,
-    Wrapper,
-    register_method,
-)
-from milabench.plan.nodes import default_nproc, plan_count
-from milabench.remote.nodes import (
-    DEFAULT_RDZV_PORT,
-    main_node,
-    runs_locally,
-)
+from milabench.plan.nodes import PlanNode, TorchRun, Wrapper, default_nproc, plan_count
+from milabench.plan.spec import ProcessSpec
 
 
 class NotEnoughNodes(ConfigError):
@@ -41,32 +34,24 @@ class NotEnoughNodes(ConfigError):
     is_skip = True
 
 
-def num_machines(entry: dict) -> int:
-    try:
-        return max(int(entry.get("num_machines") or 1), 1)
-    except (TypeError, ValueError) as err:
-        raise ConfigError.at(
-            entry.get("config_file"), entry.get("name"), "num_machines", "must be an integer"
-        ) from err
-
-
-def unmet_nodes(entry: dict, system: dict) -> str | None:
+def unmet_nodes(entry: Entry | Mapping[str, Any], system: dict) -> str | None:
     """The skip reason when the system lacks nodes for ``entry`` (None when enough)."""
-    need = num_machines(entry)
+    need = as_entry(entry).num_machines
     have = len(system.get("nodes") or [])
     if need > have:
         return f"needs {need} nodes (num_machines), the system has {have}"
     return None
 
 
-def select_nodes(entry: dict, system: dict) -> list[dict]:
+def select_nodes(entry: Entry | Mapping[str, Any], system: dict) -> list[dict]:
     """Main node first, then workers in system order, ``num_machines`` in all."""
+    entry = as_entry(entry)
     reason = unmet_nodes(entry, system)
     if reason:
-        raise NotEnoughNodes(f"{entry.get('name')}: skipped: {reason}")
+        raise NotEnoughNodes(f"{entry.name}: skipped: {reason}")
     main = main_node(system)
     workers = [n for n in system.get("nodes") or [] if n.get("name") != main.get("name")]
-    return [main, *workers][: num_machines(entry)]
+    return [main, *workers][: entry.num_machines]
 
 
 def rendezvous_port(system: dict) -> int:
@@ -170,11 +155,12 @@ def _executable(pack, name: str) -> str:
 
 
 def _nproc(pack) -> int | None:
-    return (pack.entry.get("plan") or {}).get("nproc")
+    return pack.entry.plan.nproc
 
 
 def build_torchrun(pack) -> PlanNode:
-    if num_machines(pack.entry) > 1:
+    """One torchrun per node when ``num_machines > 1``, else the single-node `TorchRun`."""
+    if pack.entry.num_machines > 1:
         return TorchRunNodes(
             pack.command_node(), executable=_executable(pack, "torchrun"), nproc=_nproc(pack)
         )
@@ -185,8 +171,3 @@ def build_accelerate(pack) -> PlanNode:
     return AccelerateNodes(
         pack.command_node(), executable=_executable(pack, "accelerate"), nproc=_nproc(pack)
     )
-
-
-register_method("torchrun", build_torchrun)
-register_method("accelerate", build_accelerate)
-register_method("multinode", build_torchrun)

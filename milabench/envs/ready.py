@@ -1,0 +1,61 @@
+"""Is a benchmark's environment ready to run it? The check `milabench run` hands to the
+executor (`run_suite(check_environment=...)`) before each benchmark starts.
+
+The executor knows nothing of environments: the command line passes `ensure_ready`, so
+the layers keep pointing one way (envs -> execute, never the reverse).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from milabench.config.entry import Entry
+from milabench.envs import is_installed
+from milabench.envs.helperlib import install_benchkit, site_packages
+from milabench.envs.marker import BENCHKIT_DIR, benchkit_hash
+from milabench.errors import EnvironmentMissing
+
+
+def ensure_ready(entry: Entry) -> None:
+    """The benchmark's venv exists and finished installing, unless it runs in the
+    current environment; its benchkit copy is refreshed. `EnvironmentMissing` otherwise,
+    with the command that fixes it."""
+    if entry.use_current_env:
+        return
+    venv = entry.venv
+    if not (venv / "bin" / "python").exists():
+        raise EnvironmentMissing(
+            f"{entry.name}: environment {venv} is missing; "
+            f"run 'milabench install --select {entry.name}' first"
+        )
+    if not is_installed(venv):
+        raise EnvironmentMissing(
+            f"{entry.name}: environment {venv} did not finish installing; "
+            f"run 'milabench install --select {entry.name}' again"
+        )
+    refresh_benchkit(venv)
+
+
+def refresh_benchkit(venv: Path) -> None:
+    """The environment's copy of benchkit must be the one this milabench reads back.
+
+    benchkit writes the records (window, rates, stop) that the report interprets; after
+    a ``git pull`` without ``milabench install``, a stale copy would measure with old
+    rules and the report would misread it. Copying it is a few milliseconds.
+    """
+    try:
+        copy = site_packages(venv) / "benchkit"
+        if copy.is_dir() and benchkit_hash(copy) == _source_benchkit_hash():
+            return
+        install_benchkit(venv, BENCHKIT_DIR)
+    except OSError:
+        return  # read-only or unusual environment: the install marker still vouches for it
+
+
+_SOURCE_HASH: list[str] = []
+
+
+def _source_benchkit_hash() -> str:
+    if not _SOURCE_HASH:
+        _SOURCE_HASH.append(benchkit_hash())
+    return _SOURCE_HASH[0]
