@@ -36,7 +36,9 @@ from milabench.config.safe_eval import UnsafeExpression, evaluate
 from milabench.errors import ConfigError
 
 DEVICE_NAME = {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "hpu": "hpu", "cpu": "cpu"}
-CCL = {"cuda": "nccl", "rocm": "rccl", "xpu": "ccl", "hpu": "hccl", "cpu": "gloo"}
+# torch.distributed backend names: ROCm's RCCL is reached through the "nccl" backend,
+# Intel GPUs through "xccl" (torch >= 2.8), Gaudi through "hccl" (its plugin registers it).
+CCL = {"cuda": "nccl", "rocm": "nccl", "xpu": "xccl", "hpu": "hccl", "cpu": "gloo"}
 DIR_NAMES = ("base", "venv", "code", "extra", "data", "runs", "cache")
 REFERENCE_CAPACITY_MIB = 81920
 

@@ -27,6 +27,7 @@ import subprocess
 import time
 from typing import Any
 
+from benchkit.monitors import visible_devices
 from milabench.errors import ConfigError
 
 ARCHES = ("cuda", "rocm", "xpu", "hpu", "cpu")
@@ -135,8 +136,15 @@ class NVMLAccelerators(Accelerators):
 
     def __init__(self, pynvml: Any):
         self.nvml = pynvml
-        self.count = pynvml.nvmlDeviceGetCount()
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.count)]
+        # Only the devices this process may use (an inherited CUDA_VISIBLE_DEVICES with
+        # indexes, GPU or MIG UUIDs), in that order: plans count and number these.
+        self.handles = []
+        for physical in visible_devices(pynvml.nvmlDeviceGetCount()):
+            if physical.isdigit():
+                self.handles.append(pynvml.nvmlDeviceGetHandleByIndex(int(physical)))
+            else:
+                self.handles.append(pynvml.nvmlDeviceGetHandleByUUID(physical))
+        self.count = len(self.handles)
 
     @classmethod
     def probe(cls) -> NVMLAccelerators | None:
@@ -351,7 +359,8 @@ def detect(*, refresh: bool = False) -> Accelerators:
     """The accelerators of this machine (cached per process and per relevant variables)."""
     fake = os.environ.get("MILABENCH_FAKE_GPUS") or None
     forced = os.environ.get("MILABENCH_GPU_ARCH") or None
-    key = (fake, forced)
+    visible = tuple(os.environ.get(v) for v in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"))
+    key = (fake, forced, visible)
     if not refresh and key in _cache:
         return _cache[key]
     found: Accelerators | None

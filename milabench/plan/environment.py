@@ -32,15 +32,41 @@ def selection_variable(arch: str | None) -> str | None:
     return found[0] if found else None
 
 
-def selection_value(arch: str | None, devices: Iterable[int]) -> str | None:
-    """Value of the selection variable for these device indices (None on cpu)."""
+def inherited_devices(
+    arch: str | None, environ: Mapping[str, str] | None = None
+) -> list[str] | None:
+    """The devices milabench itself was restricted to (``CUDA_VISIBLE_DEVICES=2,3``, MIG or
+    GPU UUIDs, ``level_zero:0,1``), in order; None when the variable is not set.
+
+    Device ``i`` of a plan is the i-th of these: a job scheduler that hands milabench GPUs
+    2 and 3 must see its benchmarks on 2 and 3, never on 0 and 1.
+    """
+    variable = selection_variable(arch)
+    env = os.environ if environ is None else environ
+    if variable is None or env.get(variable) is None:
+        return None
+    value = env[variable]
+    if arch == "xpu" and ":" in value:
+        value = value.split(":", 1)[1]
+    return [x.strip() for x in value.split(",") if x.strip()]
+
+
+def selection_value(
+    arch: str | None, devices: Iterable[int], environ: Mapping[str, str] | None = None
+) -> str | None:
+    """Value of the selection variable for these device indices (None on cpu), through
+    the inherited restriction when there is one (`inherited_devices`)."""
     found = SELECTION_VARIABLES.get(str(arch or "cpu"))
     if not found:
         return None
-    devices = [int(d) for d in devices]
+    inherited = inherited_devices(arch, environ)
+    ids = [
+        inherited[d] if inherited is not None and d < len(inherited) else str(d)
+        for d in (int(x) for x in devices)
+    ]
     if arch == "xpu":
-        return "level_zero:" + ",".join(str(d) for d in devices)
-    return ",".join(found[1].format(d) for d in devices)
+        return "level_zero:" + ",".join(ids)
+    return ",".join(found[1].format(d) for d in ids)
 
 
 def gpu_count(system: dict) -> int:
@@ -88,6 +114,10 @@ def benchmark_env(
     env["PYTHONUNBUFFERED"] = "1"
 
     arch = str(system.get("arch") or "cpu")
+    if arch == "cuda":
+        # NVML (the monitors, the report's "GPU 3") numbers devices in PCI bus order; so
+        # must CUDA, whose default order (fastest first) can differ on mixed machines.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     variable = selection_variable(arch)
     if variable is not None:
         devices = [device] if device is not None else device_indices(system)
