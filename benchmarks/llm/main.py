@@ -14,6 +14,7 @@ Runs by hand too: ``python main.py --size tiny``.
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import os
 
@@ -111,11 +112,25 @@ def main(argv: list[str] | None = None) -> None:
     timed = TimedIterator(
         itertools.cycle(pool), batch_size_fn=lambda ids: ids.numel(), device=device, units="Tok/s"
     )
-    for ids in timed:
-        with run.autocast():
-            loss = model(input_ids=ids, labels=ids).loss
-        optimizer_step(loss, opt, scaler)
-        timed.record_loss(loss)
+    try:
+        for ids in timed:
+            with run.autocast():
+                loss = model(input_ids=ids, labels=ids).loss
+            optimizer_step(loss, opt, scaler)
+            timed.record_loss(loss)
+    finally:
+        model = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
+        teardown_distributed()
+
+
+def teardown_distributed() -> None:
+    """Destroy the process group on every exit path: a group left to interpreter exit can
+    hang or abort the process (NCCL, gloo under load)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        gc.collect()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -260,6 +260,59 @@ def test_ddp_two_processes_global_rate(python):
 
 
 @pytest.mark.slow
+def test_llm_two_ranks_bf16_with_checkpointing(python):
+    """The LLM benchmark's distributed, bf16 and activation-checkpointing paths on CPU
+    (gloo), and its process group destroyed on exit (nothing printed at teardown)."""
+    pytest.importorskip("transformers")
+    torchrun = shutil.which("torchrun", path=str(sys.executable).rsplit("/", 1)[0]) or shutil.which(
+        "torchrun"
+    )
+    assert torchrun, "torchrun comes with torch"
+    run = run_smuggled(
+        [torchrun, "--standalone", "--nproc-per-node=2", "main.py", "--size", "tiny",
+         "--batch-size", "2", "--seq-len", "16", "--precision", "bf16",
+         "--gradient-checkpointing", "--device", "cpu", "--backend", "gloo"],
+        bench_env(stop=3, skip=1),
+        BENCHMARKS / "llm",
+    )  # fmt: skip
+    check_budget(run, 3, "Tok/s")
+    assert "bf16 on cpu" in run.stdout
+    assert len(run.events("stop")) == 1  # only rank 0 writes
+    assert "destroy_process_group" not in run.stderr  # no "group was not destroyed" warning
+    assert "terminate called" not in run.stderr
+
+
+def test_every_distributed_benchmark_destroys_its_group():
+    """Each benchmark that creates a process group destroys it in a `finally` block, so an
+    exception or an early stop cannot leave it to interpreter exit."""
+    import ast
+
+    users = []
+    for main in sorted(BENCHMARKS.glob("*/main.py")):
+        tree = ast.parse(main.read_text())
+        calls = {
+            n.func.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        }
+        if "init_process_group" not in calls:
+            continue
+        users.append(main.parent.name)
+        in_finally = [
+            c
+            for t in ast.walk(tree)
+            if isinstance(t, ast.Try)
+            for stmt in t.finalbody
+            for c in ast.walk(stmt)
+            if isinstance(c, ast.Call)
+        ]
+        names = {getattr(c.func, "attr", getattr(c.func, "id", None)) for c in in_finally}
+        destroyers = {"destroy_process_group", "teardown_distributed"}
+        assert names & destroyers, f"{main}: no destroy_process_group in a finally block"
+    assert {"ddp", "llm"} <= set(users)
+
+
+@pytest.mark.slow
 def test_thirdparty_measured_only_through_voirfile(python):
     voir = shutil.which("voir", path=str(sys.executable).rsplit("/", 1)[0]) or shutil.which("voir")
     assert voir, "voir is a dependency of milabench"
