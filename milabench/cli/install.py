@@ -60,6 +60,15 @@ def run(args: argparse.Namespace) -> int:
         print("nothing to install: no benchmark selected")
         return 0
     groups = build_groups(suite.entries, suite.system)
+    if suite.system.get("arch") == "cuda":
+        from milabench.envs import driver
+        from milabench.monitor.accelerators import detect
+
+        info = detect().system_info()
+        for group in groups:
+            if not group.use_current_env:
+                need = driver.required_by_pins(group.requirements)
+                driver.check(need, info, f"install group {group.name}")
     runs = suite.base / "runs"
     ensure_writable(suite.base, runs)
     results, logs = install_all(

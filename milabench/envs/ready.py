@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from milabench.config.entry import Entry
-from milabench.envs import is_installed
+from milabench.envs import driver, is_installed
 from milabench.envs.helperlib import install_benchkit, site_packages
 from milabench.envs.marker import BENCHKIT_DIR, benchkit_hash
 from milabench.errors import EnvironmentMissing
@@ -34,6 +34,21 @@ def ensure_ready(entry: Entry) -> None:
             f"run 'milabench install --select {entry.name}' again"
         )
     refresh_benchkit(venv)
+    check_driver(entry.name, venv)
+
+
+def check_driver(name: str, venv: Path) -> None:
+    """The installed CUDA runtime against the driver of this machine (NVIDIA only)."""
+    from milabench.monitor.accelerators import detect
+
+    found = detect()
+    if found.arch != "cuda":
+        return
+    try:
+        need = driver.required_by_venv(site_packages(venv))
+    except FileNotFoundError:
+        return
+    driver.check(need, found.system_info(), f"{name}: environment {venv}")
 
 
 def refresh_benchkit(venv: Path) -> None:
