@@ -1,8 +1,10 @@
 """`milabench preflight`: check every node of the system before a multi-node run.
 
 Prints one row per node (reachable and in how long, Python, torch, accelerators,
-rendezvous port) and the bandwidth and latency of a real all-reduce across all nodes.
-Exit code 0 when everything passed, 1 (NodeError) naming the first failing node otherwise.
+rendezvous port, how the code reaches it), the versions every node must share (Python,
+milabench, package lists of the install groups: one ``FAIL`` line per differing node),
+and the bandwidth and latency of a real all-reduce across all nodes. Exit code 0 when
+everything passed, 1 (NodeError) naming the first failing node otherwise.
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(
         parser, "no-allreduce", action="store_true", default=False, help="only check the nodes"
     )
+    add_option(
+        parser,
+        "no-versions",
+        action="store_true",
+        default=False,
+        help="do not copy the code to the workers nor compare the nodes' versions",
+    )
 
 
 def _environments(suite, use_current_env: bool) -> tuple[str, list[str]]:
@@ -74,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from milabench.config.options import checked_number
+    from milabench.remote.codesync import code_paths, run_venvs
     from milabench.remote.nodes import DEFAULT_RDZV_PORT
     from milabench.remote.preflight import preflight, render
 
@@ -93,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
             size_mib=args.size_mib,
             iters=args.iters,
             timeout=args.timeout,
+            base=suite.base,
+            code_paths=code_paths(suite),
+            venvs=run_venvs(suite),
+            versions=not args.no_versions,
         )
     )
     print(render(result), flush=True)

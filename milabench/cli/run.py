@@ -127,18 +127,24 @@ def run(args: argparse.Namespace) -> int:
         resume=resuming,
         dash=_dash_mode(args),
         validations=validations,
-        launcher=remote_launcher(suite.system),
+        launcher=remote_launcher(suite.system, suite, run_dir.name),
         check_environment=ensure_ready,
     )
 
 
-def remote_launcher(system: dict):
+def remote_launcher(system: dict, suite=None, run_id: str | None = None):
     """The SSH-capable launcher when some node is reached over SSH, else None (local
-    processes only; asyncssh is then never imported)."""
+    processes only; asyncssh is then never imported). With ``suite`` and ``run_id``, the
+    code is first copied to every worker under ``<node base>/code/<run_id>`` and the
+    nodes' versions checked (`milabench.remote.codesync.push_for_run`)."""
     from milabench.config.nodes import remote_nodes
 
     if not remote_nodes(system):
         return None
+    if suite is not None and run_id:
+        from milabench.remote.codesync import push_for_run
+
+        print(push_for_run(suite, run_id), flush=True)
     from milabench.remote.dispatch import node_launcher
 
     return node_launcher(system)

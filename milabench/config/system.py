@@ -136,6 +136,13 @@ def _validate_nodes(nodes: Any, file: object) -> list[dict[str, Any]]:
         if not isinstance(main, bool):
             raise ConfigError.at(file, where, "main", "expected true or false")
         node["main"] = main
+        base = node.get("base")
+        if base is not None and (not isinstance(base, str) or not base.startswith("/")):
+            # the node's own base folder (no shared filesystem): an absolute path on that
+            # node; '~' or a relative path would be read on the main node, not there
+            raise ConfigError.at(
+                file, where, "base", f"expected an absolute path on that node, not {base!r}"
+            )
         out.append(node)
     mains = [n["name"] for n in out if n["main"]]
     if len(mains) > 1:

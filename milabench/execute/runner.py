@@ -384,6 +384,10 @@ async def run_one(
         await asyncio.wait(watched, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if waiter.done():
             return_code = waiter.result()
+            # A rank that ends once its job is over (the measuring rank reported `stop` and
+            # left) ends with the job's early stop, whatever its code: peers torn down by a
+            # departed rank (gloo/NCCL aborts) are not failures of the measurement.
+            early = job_stop is not None and job_stop.is_set()
         elif stop_event is not None and stop_event.is_set():
             emit("message", {"message": "interrupted: stopping the benchmark"})
             await handle.stop(min(grace, interrupt_grace))

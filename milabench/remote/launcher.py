@@ -9,6 +9,14 @@ second channel for a descriptor would need a fifo or a port on the remote side; 
 smuggled stream needs nothing, and is what torchrun workers use anyway. A spec asking for
 ``data_channel="fd"`` is therefore started with ``DATA_FD=1`` when it runs remotely.
 
+Paths: a spec holds the main node's paths. When the run copied the code to the node
+(`milabench.remote.codesync.push_for_run`, which activates a `CodeLayout` per node), the
+command is built from the node's own: working directory, argv words (the script,
+``<venv>/bin/torchrun`` under the base, ``--opt=/path``), path-valued variables
+(``VOIRFILE``, ``MILABENCH_DIR_*``, ``PATH``, the JSON of ``MILABENCH_CONFIG``), and the
+copied ``package_dir`` goes first on ``PYTHONPATH``. Without a layout (shared base, or no
+push) nothing is rewritten.
+
 Process control: the command runs as the leader of its own remote session (see
 `milabench.remote.ssh.remote_command`), which reports its PGID first; `terminate` and
 `kill` send ``kill -TERM|-KILL -<pgid>`` over the node's connection, so the whole
@@ -26,6 +34,7 @@ from benchkit.channel import SmuggleDecoder
 from milabench.errors import NodeError
 from milabench.execute.cleanup import TOKEN_VAR
 from milabench.execute.launcher import Launcher, ProcessHandle
+from milabench.remote.codesync import CodeLayout, layout_for
 from milabench.remote.docker import docker_wrap
 from milabench.remote.nodes import node_label
 from milabench.remote.ssh import (
@@ -283,9 +292,25 @@ class SSHLauncher(Launcher):
         self.system = system or {}
         self.pool = pool or shared_pool(self.system)
 
+    def layout(self, spec) -> CodeLayout | None:
+        """The node's code layout for this run (`milabench.remote.codesync`), if any."""
+        return layout_for(self.system, spec.node)
+
     def env_for(self, spec, token: str | None = None) -> dict[str, str]:
-        """The variables of the remote process (sent in an env file, never in argv)."""
+        """The variables of the remote process (sent in an env file, never in argv).
+
+        With a code layout, main-node paths in the values (``VOIRFILE``, the
+        ``MILABENCH_DIR_*`` folders, ``PATH``, the JSON of ``MILABENCH_CONFIG``) become the
+        node's, and a copied ``package_dir`` goes first on ``PYTHONPATH`` so that the
+        benchmark imports the copied milabench and benchkit.
+        """
+        layout = self.layout(spec)
         env = {str(k): str(v) for k, v in spec.env.items()}
+        if layout is not None:
+            env = {k: layout.translate_value(v) for k, v in env.items()}
+            if layout.copied:
+                rest = env.get("PYTHONPATH")
+                env["PYTHONPATH"] = layout.package_dir + (f":{rest}" if rest else "")
         env["DATA_FD"] = "1"
         if token:
             env[TOKEN_VAR] = token
@@ -294,27 +319,35 @@ class SSHLauncher(Launcher):
     def command_for(self, spec, token: str | None = None, env_file: str | None = None) -> str:
         """The remote shell command for ``spec`` (docker-wrapped if the system says so).
 
+        With a code layout, the working directory and every argv word that is a main-node
+        path (the script, ``voir``/``torchrun`` of an environment under the base,
+        ``--option=/path``) are the node's own paths.
+
         No value of the environment is in it: ``env_file`` (written on the node by
         `start` from `env_for`) is sourced and removed first; docker gets names only.
         """
         env = self.env_for(spec, token)
-        argv = list(spec.argv)
+        layout = self.layout(spec)
+        here = layout.remote_path if layout is not None else str
+        argv = [layout.translate(str(a)) for a in spec.argv] if layout else list(spec.argv)
+        cwd = here(spec.cwd) if spec.cwd else spec.cwd
         image = self.system.get("docker_image")
         if image:
+            base = _base_of(spec)
             argv = docker_wrap(
                 argv,
                 env,
                 image=image,
-                base=_base_of(spec),
-                cwd=spec.cwd,
+                base=here(base) if base else base,
+                cwd=cwd,
                 arch=self.system.get("arch"),
             )
             return remote_command(argv, {}, None, env_file=env_file)
-        command = remote_command(argv, {}, spec.cwd, env_file=env_file)
+        command = remote_command(argv, {}, cwd, env_file=env_file)
         definition = spec.entry.definition
-        if spec.cwd and definition is not None and spec.cwd != str(definition):
+        if cwd and definition is not None and cwd != here(str(definition)):
             # a ``working_dir`` outside the synced code folder may not exist on the node
-            command = f"mkdir -p -- {shlex.quote(str(spec.cwd))} && {command}"
+            command = f"mkdir -p -- {shlex.quote(str(cwd))} && {command}"
         return command
 
     async def start(self, spec) -> RemoteHandle:

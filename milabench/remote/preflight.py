@@ -1,11 +1,21 @@
-"""Checks before a multi-node run: every node's facts, then a real all-reduce across them.
+"""Checks before a multi-node run: every node's facts, versions, then a real all-reduce.
 
 Per node (concurrently, each bounded by ``ssh.connect_timeout``): reachable and how fast,
 Python version, torch version, accelerator count, the benchmark environments present, the
-rendezvous port free (required on the main node). Any failure stops here, naming the node;
-otherwise one torchrun per node runs `milabench.remote.probe.ALLREDUCE` (gloo on CPU, nccl
-on GPU) with a static rendezvous on the main node, and rank 0 reports latency and
-bandwidth.
+rendezvous port free (required on the main node). Any failure stops here, naming the node.
+
+Then, given the main node's ``base``, the versions: the code is copied to every worker
+that does not share the base (`milabench.remote.codesync.push_code`, run id
+``preflight``: this also proves the copy works, and a run's later push of the same files
+is cheap), and every node's `milabench.remote.facts.node_environment` is compared with
+the main node's: Python, milabench version, commit and code hash, and for each install
+group the torch version and the hash of the package list. Each differing node is one
+``FAIL node <name>: differs from <main>: <what> <its value> vs <main's value>`` line.
+
+Otherwise one torchrun per node runs `milabench.remote.probe.ALLREDUCE` (gloo on CPU,
+nccl on GPU) with a static rendezvous on the main node, and rank 0 reports latency and
+bandwidth. Paths under the main node's base (the interpreter, the environments) are each
+node's own (`milabench.remote.sync.node_base`).
 """
 
 from __future__ import annotations
@@ -14,13 +24,18 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from milabench.errors import NodeError
 from milabench.plan.spec import ProcessSpec
+from milabench.remote.codesync import CodeLayout, push_and_check
 from milabench.remote.dispatch import NodeLauncher
 from milabench.remote.nodes import main_node, node_label, runs_locally
 from milabench.remote.probe import ALLREDUCE, NODE_PROBE, RESULT_PREFIX
 from milabench.remote.ssh import ConnectionPool
+from milabench.remote.sync import map_to_node, node_base
+
+PREFLIGHT_RUN_ID = "preflight"  # the code folder preflight copies to on each worker
 
 
 @dataclass
@@ -32,6 +47,7 @@ class NodeFacts:
     connect_s: float | None = None
     facts: dict = field(default_factory=dict)
     error: str | None = None
+    code: str | None = None  # how the node gets the code: local, shared, rsync, sftp
 
     @property
     def ok(self) -> bool:
@@ -49,6 +65,8 @@ class PreflightResult:
     nodes: list[NodeFacts]
     allreduce: dict | None = None
     failures: list[str] = field(default_factory=list)
+    environments: dict[str, dict] = field(default_factory=dict)
+    layouts: dict[str, CodeLayout] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -134,13 +152,20 @@ async def probe_node(
 
 
 def _allreduce_specs(
-    nodes: list[dict], *, python: str, port: int, nproc: int, size_mib: float, iters: int
+    nodes: list[dict],
+    *,
+    python: str | dict[str, str],
+    port: int,
+    nproc: int,
+    size_mib: float,
+    iters: int,
 ) -> list[ProcessSpec]:
     main_ip = str(nodes[0]["ip"])
     specs = []
     for rank, node in enumerate(nodes):
+        exe = python.get(str(node["name"])) if isinstance(python, dict) else python
         argv = [
-            python,
+            exe,
             "-m",
             "torch.distributed.run",
             f"--nnodes={len(nodes)}",
@@ -151,7 +176,7 @@ def _allreduce_specs(
             f"--master-addr={main_ip}",
             f"--master-port={port}",
             "--no-python",
-            python,
+            exe,
             "-c",
             ALLREDUCE,
             str(size_mib),
@@ -187,7 +212,7 @@ async def run_allreduce(
     system: dict,
     nodes: list[dict],
     *,
-    python: str,
+    python: str | dict[str, str],
     port: int,
     nproc: int = 1,
     size_mib: float = 16.0,
@@ -195,7 +220,9 @@ async def run_allreduce(
     timeout: float = 120.0,
     launcher: NodeLauncher | None = None,
 ) -> dict:
-    """All-reduce across ``nodes`` (main first); rank 0's measurements."""
+    """All-reduce across ``nodes`` (main first); rank 0's measurements.
+
+    ``python`` is one interpreter path for every node, or ``{node name: path}``."""
     launcher = launcher or NodeLauncher(system)
     specs = _allreduce_specs(
         nodes, python=python, port=port, nproc=nproc, size_mib=size_mib, iters=iters
@@ -229,11 +256,24 @@ async def run_allreduce(
 
 
 async def _probe_all(
-    system: dict, nodes: list[dict], pool: ConnectionPool, **kwargs
+    system: dict,
+    nodes: list[dict],
+    pool: ConnectionPool,
+    *,
+    python: dict[str, str],
+    envs: dict[str, list[str]],
+    **kwargs,
 ) -> list[NodeFacts]:
-    """Probe every node concurrently; at the first failure stop the others (fail fast)."""
+    """Probe every node concurrently; at the first failure stop the others (fail fast).
+
+    ``python`` and ``envs`` are given per node name (each node's own paths)."""
     tasks = {
-        asyncio.ensure_future(probe_node(n, system, pool, **kwargs)): i for i, n in enumerate(nodes)
+        asyncio.ensure_future(
+            probe_node(
+                n, system, pool, python=python[str(n["name"])], envs=envs[str(n["name"])], **kwargs
+            )
+        ): i
+        for i, n in enumerate(nodes)
     }
     found: dict[int, NodeFacts] = {}
     pending = set(tasks)
@@ -258,6 +298,13 @@ async def _probe_all(
     ]
 
 
+def _here(path: str, node: dict, base: str | None, main: dict) -> str:
+    """``path`` (a main-node path) as seen on ``node``: under its own base."""
+    if base is None or node.get("name") == main.get("name"):
+        return path
+    return map_to_node(path, base, node_base(node, base))
+
+
 async def preflight(
     system: dict,
     *,
@@ -268,14 +315,30 @@ async def preflight(
     size_mib: float = 16.0,
     iters: int = 5,
     timeout: float = 60.0,
+    base: str | Path | None = None,
+    code_paths: list[Path] | None = None,
+    venvs: dict[str, str] | None = None,
+    versions: bool = True,
 ) -> PreflightResult:
+    """Every check, in order: node facts, versions (with ``base``), the all-reduce.
+
+    ``venvs`` maps each install group used to its environment on the main node (the
+    versions compared per group); ``code_paths`` are the benchmark folders and config
+    files a run would copy (`milabench.remote.codesync.code_paths`).
+    """
     launcher = NodeLauncher(system)
     pool = launcher.ssh.pool
     nodes = list(system.get("nodes") or [])
     main = main_node(system)
     nodes.sort(key=lambda n: n.get("name") != main.get("name"))  # main first
+    main_base = str(Path(base).absolute()) if base is not None else None
     try:
-        facts = await _probe_all(system, nodes, pool, python=python, envs=envs, port=port)
+        for node in nodes:
+            if main_base is not None:
+                node_base(node, main_base)  # a bad ``base:`` is one line before anything
+        pythons = {str(n["name"]): _here(python, n, main_base, main) for n in nodes}
+        node_envs = {str(n["name"]): [_here(e, n, main_base, main) for e in envs] for n in nodes}
+        facts = await _probe_all(system, nodes, pool, python=pythons, envs=node_envs, port=port)
         result = PreflightResult(facts)
         result.failures = [f.error for f in facts if f.error]
         if not result.failures:
@@ -286,6 +349,24 @@ async def preflight(
                         f"node {f.name}: Python {f.facts.get('python')} differs from "
                         f"the main node's {ref}"
                     )
+        if not result.failures and versions and main_base is not None:
+            try:
+                layouts, environments, problems = await push_and_check(
+                    system,
+                    main_base,
+                    PREFLIGHT_RUN_ID,
+                    list(code_paths or []),
+                    dict(venvs or {}),
+                    pool=pool,
+                )
+            except NodeError as err:
+                result.failures.append(str(err))
+            else:
+                result.layouts, result.environments = layouts, environments
+                result.failures += list(problems.values())
+                for f in facts:
+                    layout = layouts.get(f.name)
+                    f.code = layout.method if layout is not None else "local"
         if result.failures or not allreduce:
             return result
         accel = [int(f.facts.get("accelerators") or 0) for f in facts]
@@ -294,7 +375,7 @@ async def preflight(
             result.allreduce = await run_allreduce(
                 system,
                 nodes,
-                python=python,
+                python=pythons,
                 port=port,
                 nproc=nproc,
                 size_mib=size_mib,
@@ -311,6 +392,23 @@ async def preflight(
         await pool.close()
 
 
+def describe_versions(env: dict) -> str:
+    """``python 3.11.7, milabench 0.1.0 (commit 466219ba923b, code 84fd5cf0a9f0), ...``."""
+
+    def short(value) -> str:
+        return "-" if value is None else str(value)[:12]
+
+    parts = [
+        f"python {env.get('python')}",
+        f"milabench {env.get('milabench')} (commit {short(env.get('milabench_commit'))}, "
+        f"code {short(env.get('milabench_code'))})",
+    ]
+    for group, digest in sorted((env.get("packages") or {}).items()):
+        torch = (env.get("torch") or {}).get(group)
+        parts.append(f"{group}: packages {short(digest)}" + (f", torch {torch}" if torch else ""))
+    return ", ".join(parts)
+
+
 def render(result: PreflightResult) -> str:
     """The per-node table, the all-reduce line, and the failures."""
     header = [
@@ -323,6 +421,7 @@ def render(result: PreflightResult) -> str:
         "torch",
         "accel",
         "port",
+        "code",
         "status",
     ]
     rows = [header]
@@ -339,11 +438,15 @@ def render(result: PreflightResult) -> str:
                 str(d.get("torch") or "-"),
                 f"{d.get('arch', '-')}:{d.get('accelerators', '-')}" if d else "-",
                 "-" if not d else ("free" if d.get("port_free") else "in use"),
+                f.code or "-",
                 f.status,
             ]
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    if result.environments:
+        name, env = next(iter(result.environments.items()))
+        lines.append(f"versions ({name}): {describe_versions(env)}")
     if result.allreduce:
         a = result.allreduce
         lines.append(

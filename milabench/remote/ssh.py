@@ -125,6 +125,9 @@ class SSHSettings:
             "username": str(node.get("user")) if node.get("user") else (),
             "connect_timeout": self.connect_timeout,
             "login_timeout": max(self.connect_timeout, 5.0),
+            # a node that dies mid-copy (SFTP) or mid-run is noticed within a minute
+            "keepalive_interval": 15,
+            "keepalive_count_max": 4,
         }
         if not self.strict:
             kwargs["known_hosts"] = None
@@ -172,6 +175,7 @@ class ConnectionPool:
         self._conns: dict[str, Any] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._refused: dict[str, NodeError] = {}
 
     def _check_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -186,6 +190,8 @@ class ConnectionPool:
 
         self._check_loop()
         name = str(node.get("name"))
+        if name in self._refused:
+            raise NodeError(str(self._refused[name]))
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             conn = self._conns.get(name)
@@ -201,6 +207,16 @@ class ConnectionPool:
                 raise _explain(node, self.settings, err) from err
             self._conns[name] = conn
             return conn
+
+    def refuse(self, node: dict, error: NodeError) -> None:
+        """Make every later `connect` to ``node`` fail at once with ``error``.
+
+        For a node found unusable before a run (unreachable, code not copied, versions
+        differing from the main node's): every rank that needs it then fails at once with
+        that reason, instead of each waiting for a connection or a rendezvous. Lasts until
+        `close` (the end of the run: the run's launcher closes its pool).
+        """
+        self._refused[str(node.get("name"))] = error
 
     async def run(
         self, node: dict, argv: Sequence[str], *, timeout: float | None = 60.0, check=False
@@ -222,6 +238,7 @@ class ConnectionPool:
         return result
 
     async def close(self) -> None:
+        self._refused.clear()
         conns, self._conns = list(self._conns.values()), {}
         for conn in conns:
             conn.close()

@@ -54,8 +54,8 @@ def test_value_table():
 @pytest.mark.parametrize(
     "arch,device,ccl",
     [
-        ("rocm", "cuda", "rccl"),
-        ("xpu", "xpu", "ccl"),
+        ("rocm", "cuda", "nccl"),
+        ("xpu", "xpu", "xccl"),
         ("hpu", "hpu", "hccl"),
         ("cpu", "cpu", "gloo"),
         ("weird", "cpu", "gloo"),
