@@ -1,0 +1,247 @@
+"""`milabench fleet-report`: the report of a fleet run, flagging slow or broken nodes.
+
+    milabench fleet-report [FOLDER] [--format text|markdown|json|html] [--output FILE]
+                           [--mad-k K] [--min-gap F] [--tolerance F] [--ignore-env KEY]...
+                           [--baseline FILE] [--write-baseline FILE] [--base PATH]
+
+FOLDER is a fleet folder (`<base>/fleet/fleet.<time>/`, holding fleet.json), or a folder
+holding fleet runs (`<base>/fleet`, or the base): its latest is used and named on stderr.
+Without FOLDER: the latest fleet run under `<base>/fleet` (--base, else MILABENCH_BASE,
+else ./results).
+
+Exit codes: 0 when no node is flagged, 1 when one is (slow, failed, environment differs,
+below baseline), 2 for a usage or input error (unreadable or newer fleet.json, bad
+baseline file, bad option): one line. docs/fleet.md explains every rule.
+
+`milabench fleet` reuses `add_report_arguments`, `thresholds_from_args` and
+`report_fleet(folder, args)` so both commands take the same report options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+from milabench.cli.common import add_option
+
+FORMATS = ("text", "markdown", "md", "json", "html")
+
+
+def _fraction(text: str) -> float:
+    """``0.1`` or ``10%``; argparse turns a ValueError into a usage error (exit 2)."""
+    value = text.strip()
+    try:
+        number = float(value[:-1]) / 100.0 if value.endswith("%") else float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (0.10 or 10%)") from None
+    if not 0 <= number < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from 0 to below 1 (0.10 = 10%)")
+    return number
+
+
+def _non_negative(text: str) -> float:
+    try:
+        number = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return number
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the fleet report (shared with `milabench fleet`)."""
+    from milabench.report.fleet import DEFAULT_MAD_K, DEFAULT_MIN_GAP, DEFAULT_TOLERANCE
+
+    add_option(parser, "format", default="text", choices=FORMATS,
+               help="output format (default: text)")  # fmt: skip
+    add_option(
+        parser,
+        "output",
+        default=None,
+        metavar="FILE",
+        help="write the report to FILE (parent folders created) instead of standard output",
+    )
+    add_option(
+        parser,
+        "mad-k",
+        type=_non_negative,
+        default=DEFAULT_MAD_K,
+        metavar="K",
+        help="slow when below the fleet median by more than K x 1.4826 x MAD "
+        f"(median absolute deviation across nodes; default {DEFAULT_MAD_K:g})",
+    )
+    add_option(
+        parser,
+        "min-gap",
+        type=_fraction,
+        default=DEFAULT_MIN_GAP,
+        metavar="F",
+        help="...and by more than this fraction of the median (default "
+        f"{DEFAULT_MIN_GAP:g} = {100 * DEFAULT_MIN_GAP:g}%%)",
+    )
+    add_option(
+        parser,
+        "tolerance",
+        type=_fraction,
+        default=DEFAULT_TOLERANCE,
+        metavar="F",
+        help="with --baseline: flagged when below the expected rate by more than this fraction"
+        f" (default {DEFAULT_TOLERANCE:g})",
+    )
+    add_option(
+        parser,
+        "ignore-env",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="an environment key not to compare (repeatable; e.g. cpu_model for a mixed "
+        "fleet, torch or torch[GROUP], packages or packages[GROUP])",
+    )
+    add_option(
+        parser,
+        "baseline",
+        default=None,
+        metavar="FILE",
+        help="expected rate per benchmark per hardware model (written by --write-baseline)",
+    )
+    add_option(
+        parser,
+        "write-baseline",
+        default=None,
+        metavar="FILE",
+        help="write this fleet run's rates as a baseline (.yaml/.yml: YAML, else JSON)",
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "folder",
+        nargs="?",
+        default=None,
+        metavar="FOLDER",
+        help="fleet folder (with fleet.json), or a folder of fleet runs (its latest); "
+        "default: the latest under <base>/fleet",
+    )
+    add_option(
+        parser,
+        "base",
+        default=None,
+        metavar="PATH",
+        help="base directory (env MILABENCH_BASE; default ./results)",
+    )
+    add_report_arguments(parser)
+
+
+def thresholds_from_args(args: argparse.Namespace):
+    """`FleetThresholds` from the parsed options (an unknown --ignore-env key: exit 2)."""
+    from milabench.report.fleet import FleetThresholds
+
+    ignore: list[str] = []
+    for value in getattr(args, "ignore_env", None) or []:
+        ignore.extend(k.strip() for k in value.split(",") if k.strip())
+    return FleetThresholds(
+        mad_k=args.mad_k, min_gap=args.min_gap, tolerance=args.tolerance, ignore_env=tuple(ignore)
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    return report_fleet(fleet_folder(args), args)
+
+
+def report_fleet(folder: Path, args: argparse.Namespace) -> int:
+    """Load, compare, render and write the report of one fleet folder; its exit code."""
+    from milabench.cli.report import _write_output
+    from milabench.report.fleet import (
+        build_fleet_report,
+        load_baseline,
+        load_fleet,
+        render_fleet,
+        write_baseline,
+    )
+
+    thresholds = thresholds_from_args(args)
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    data = load_fleet(folder)
+    report = build_fleet_report(data, thresholds, baseline)
+    text = render_fleet(report, args.format)
+    if args.write_baseline:
+        written = write_baseline(report, args.write_baseline)
+        benches = sum(len(b) for b in written.models.values())
+        print(
+            f"baseline written to {args.write_baseline} ({len(written.models)} hardware "
+            f"model(s), {benches} benchmark rate(s))",
+            file=sys.stderr,
+        )
+    if args.output:
+        _write_output(Path(args.output), text)
+        print(f"fleet report written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return report.exit_code
+
+
+# -- finding fleet folders ---------------------------------------------------------------
+
+
+def _is_fleet(folder: Path) -> bool:
+    return (folder / "fleet.json").is_file()
+
+
+def _started(folder: Path) -> float:
+    """When a fleet run began: fleet.json's `started`, else the file's modification time."""
+    path = folder / "fleet.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        started = doc.get("started") if isinstance(doc, dict) else None
+        if isinstance(started, str):
+            return datetime.datetime.fromisoformat(started).timestamp()
+    except (OSError, ValueError, UnicodeDecodeError):
+        pass
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def fleet_runs(parent: Path) -> list[Path]:
+    """The fleet runs directly under `parent`, oldest first."""
+    try:
+        found = [p for p in parent.iterdir() if p.is_dir() and _is_fleet(p)]
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: (_started(p), p.name))
+
+
+def fleet_folder(args: argparse.Namespace) -> Path:
+    """FOLDER as given when it is a fleet run; else the latest fleet run under it (or
+    under `<base>/fleet`), said on stderr."""
+    from milabench.cli.common import base_path
+    from milabench.errors import UsageError
+
+    if args.folder:
+        given = Path(args.folder)
+        if not given.is_dir():
+            raise UsageError(f"{given}: no such fleet folder")
+        if _is_fleet(given):
+            return given
+        candidates = [given, given / "fleet"]
+    else:
+        candidates = [base_path(args) / "fleet"]
+    for where in candidates:
+        runs = fleet_runs(where)
+        if runs:
+            others = [p.name for p in reversed(runs[:-1])][:5]
+            also = f"; also there: {', '.join(others)}" if others else ""
+            print(
+                f"milabench: fleet report of {runs[-1]} (latest fleet run under {where}{also})",
+                file=sys.stderr,
+            )
+            return runs[-1]
+    raise UsageError(
+        f"no fleet run under {candidates[-1]} (start one with `milabench fleet`, or give "
+        "a fleet folder holding fleet.json)"
+    )
