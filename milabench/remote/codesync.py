@@ -311,7 +311,7 @@ async def push_each(
         node_base(node, main_base)  # a bad base: one line before anything moves
     sources = _normalise(paths)
     own_pool = pool is None
-    pool = pool or ConnectionPool(system)
+    pool = pool if pool is not None else ConnectionPool(system)
     limit = asyncio.Semaphore(PUSH_PARALLEL)
     try:
         stamp = _stamp(run_id)
@@ -400,7 +400,10 @@ def code_paths(suite) -> list[Path]:
         if entry.config_file:
             found.append(Path(entry.config_file))
     if getattr(suite, "config_path", None):
-        found.append(Path(suite.config_path))
+        from milabench.config.document import load_document
+
+        # the suite file and every file it includes (a node may load the suite itself)
+        found.extend(load_document(Path(suite.config_path)).files)
     return [p for p in found if p.exists()]
 
 

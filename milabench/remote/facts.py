@@ -33,14 +33,14 @@ the names of `CODE_EXCLUDES` (``__pycache__``, ``*.pyc``, VCS folders: what
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from milabench.errors import NodeError
 from milabench.remote.nodes import node_label, runs_locally
-from milabench.remote.ssh import ConnectionPool, shared_pool
+from milabench.remote.probe import prefixed_json
+from milabench.remote.ssh import ConnectionPool, run_here, shared_pool
 
 STAMP = ".milabench-code.json"
 # Names neither copied to a node nor hashed (the same rule on both sides of a comparison).
@@ -259,27 +259,7 @@ def probe_argv(
 
 
 def parse_facts(stdout: str) -> dict | None:
-    for line in stdout.splitlines():
-        if line.startswith(FACTS_PREFIX):
-            return json.loads(line[len(FACTS_PREFIX) :])
-    return None
-
-
-async def _run_here(argv: list[str], timeout: float) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except (TimeoutError, asyncio.CancelledError):
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+    return prefixed_json(stdout, FACTS_PREFIX)
 
 
 async def node_environment(
@@ -311,9 +291,9 @@ async def node_environment(
     argv = probe_argv(found_venvs, package_dir, python, code_root=code_root)
     try:
         if local:
-            code, out, err = await _run_here(argv, timeout)
+            code, out, err = await run_here(argv, timeout)
         else:
-            pool = pool or shared_pool(system)
+            pool = pool if pool is not None else shared_pool(system)
             result = await pool.run(node, argv, timeout=timeout)
             code, out, err = result.exit_status or 0, str(result.stdout or ""), str(result.stderr)
     except TimeoutError as exc:

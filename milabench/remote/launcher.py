@@ -290,7 +290,7 @@ class SSHLauncher(Launcher):
 
     def __init__(self, system: dict | None = None, pool: ConnectionPool | None = None) -> None:
         self.system = system or {}
-        self.pool = pool or shared_pool(self.system)
+        self.pool = pool if pool is not None else shared_pool(self.system)
 
     def layout(self, spec) -> CodeLayout | None:
         """The node's code layout for this run (`milabench.remote.codesync`), if any."""

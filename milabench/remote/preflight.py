@@ -21,7 +21,6 @@ node's own (`milabench.remote.sync.node_base`).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +30,8 @@ from milabench.plan.spec import ProcessSpec
 from milabench.remote.codesync import CodeLayout, push_and_check
 from milabench.remote.dispatch import NodeLauncher
 from milabench.remote.nodes import main_node, node_label, runs_locally
-from milabench.remote.probe import ALLREDUCE, NODE_PROBE, RESULT_PREFIX
-from milabench.remote.ssh import ConnectionPool
+from milabench.remote.probe import ALLREDUCE, NODE_PROBE, RESULT_PREFIX, prefixed_json
+from milabench.remote.ssh import ConnectionPool, run_here
 from milabench.remote.sync import map_to_node, node_base
 
 PREFLIGHT_RUN_ID = "preflight"  # the code folder preflight copies to on each worker
@@ -74,27 +73,7 @@ class PreflightResult:
 
 
 def _parse(stdout: str) -> dict | None:
-    for line in stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])
-    return None
-
-
-async def _run_local(argv: list[str], timeout: float) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except (TimeoutError, asyncio.CancelledError):
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+    return prefixed_json(stdout, RESULT_PREFIX)
 
 
 async def probe_node(
@@ -120,7 +99,7 @@ async def probe_node(
     try:
         if local:
             facts.connect_s = 0.0
-            code, out, err = await _run_local(argv, timeout)
+            code, out, err = await run_here(argv, timeout)
         else:
             await pool.connect(node)
             facts.connect_s = time.monotonic() - t0

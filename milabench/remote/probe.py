@@ -12,7 +12,18 @@ only the benchmark environment's interpreter.
 
 from __future__ import annotations
 
+import json
+
 RESULT_PREFIX = "@milabench-preflight "
+
+
+def prefixed_json(stdout: str, prefix: str) -> dict | None:
+    """The JSON object a probe printed on the line starting with `prefix` (None if none)."""
+    for line in stdout.splitlines():
+        if line.startswith(prefix):
+            return json.loads(line[len(prefix) :])
+    return None
+
 
 NODE_PROBE = r"""
 import json, os, platform, socket, sys

@@ -267,3 +267,22 @@ def shared_pool(system: dict | None) -> ConnectionPool:
     if pool is None:
         pool = _SHARED[key] = ConnectionPool(system)
     return pool
+
+
+async def run_here(argv: list[str], timeout: float) -> tuple[int, str, str]:
+    """Run a probe on this machine (a node that is local) like `ConnectionPool.run` runs
+    it over SSH: own session, no stdin, killed on timeout or cancellation."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        proc.kill()
+        await proc.wait()
+        raise
+    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")

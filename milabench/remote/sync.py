@@ -146,7 +146,7 @@ async def detect_shared_base(
     own base (`node_base`): a worker whose base is another folder on the same machine, or
     the same path on a disk of its own, is not shared.
     """
-    pool = pool or shared_pool(system)
+    pool = pool if pool is not None else shared_pool(system)
     workers = remote_nodes(system) if nodes is None else nodes
     with shared_marker(base) as marker:
         found = await asyncio.gather(*(sees_marker(pool, n, base, marker) for n in workers))
@@ -652,7 +652,7 @@ async def sync_to_workers(
     """
     if not remote_nodes(system):
         return {}
-    pool = pool or shared_pool(system)
+    pool = pool if pool is not None else shared_pool(system)
     base = Path(base).absolute()
     shared = await detect_shared_base(system, base, pool=pool)
     folders = [Path(p).absolute() for p in paths]

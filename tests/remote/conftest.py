@@ -9,7 +9,6 @@ tests are skipped with the reason when that fails.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,41 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from sshnodes import ensure_sshd, free_port, keygen
 
-SSHD_CANDIDATES = ["/usr/sbin/sshd", "/usr/bin/sshd"]
-
-
-def _find_sshd() -> str | None:
-    for path in SSHD_CANDIDATES:
-        if os.access(path, os.X_OK):
-            return path
-    return shutil.which("sshd")
-
-
-def _ensure_sshd() -> tuple[str | None, str]:
-    sshd = _find_sshd()
-    if sshd:
-        return sshd, ""
-    from debian import ensure_packages
-
-    reason = ensure_packages("openssh-server", "openssh-client", "rsync")
-    sshd = _find_sshd()
-    if not sshd:
-        return None, reason or "openssh-server installed but sshd not found"
-    return sshd, ""
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _keygen(path: Path) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "milabench-test", "-f", str(path)],
-        check=True,
-    )
+# sshd discovery, install, free ports and keys are shared with the fleet tests
+_ensure_sshd, _free_port, _keygen = ensure_sshd, free_port, keygen
 
 
 @dataclass

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sshnodes import free_port
 
 from milabench.errors import ConfigError, UsageError
 from milabench.events import read_events
@@ -44,10 +45,7 @@ pytestmark = pytest.mark.ssh
 HERE = Path(__file__).parent
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+_free_port = free_port  # tests/sshnodes.py
 
 
 def _wait_listening(host: str, port: int, proc: subprocess.Popen, log: Path) -> None:

@@ -1,0 +1,159 @@
+"""Three loopback sshd nodes for `milabench fleet`, one of them really slower.
+
+* ``node0`` on 127.0.0.1: a plain node;
+* ``node1`` on 127.0.0.2: no rsync in its sessions' PATH, and (in a private mount
+  namespace) the main node's test folder and the milabench clone are covered by an empty
+  tmpfs: only what the fleet copied to its own base folder can work there;
+* ``node2`` on 127.0.0.3: the slow one.
+
+Each node's sshd runs inside its own cgroup v1 ``cpu`` group with a CFS quota, so that
+everything the node starts shares that quota: half a CPU for node0 and node1
+(`HEALTHY_QUOTA_US`), a fifth of one for node2 (`THROTTLE_QUOTA_US`; tests lift it to
+the healthy quota when they need three equal nodes), per 10 ms period.
+
+Every node has its own base folder (``bases/<node>``), outside the main node's folder.
+Tests that need the throttle are skipped with the reason when cgroup v1 ``cpu`` is not
+writable; the hidden folders are only asserted when the mount namespace could be made.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sshnodes import SSHNode, SSHNodes, processes_with_env
+
+# CPU time a whole node may use per `QUOTA_PERIOD_US`. Every node gets a quota, not only
+# the slow one: the three "nodes" share this machine's cores, and without a cap the node
+# whose measurement ends first hands its CPU to the others, which then measure faster
+# for reasons that have nothing to do with them (seen here: two equal nodes 2.4x apart).
+# Capped, each node is a fixed slice of the machine: 0.5 + 0.5 + 0.5 CPU fit in 2 cores
+# with room for the main node's own work.
+#
+# Why a 10 ms period rather than the default 100 ms: a timed step of flops-fp32 takes a
+# few tens of ms, so with 100 ms periods some steps fit in the unthrottled part of a
+# period and others wait out the rest of it; the step times are bimodal and the rate's
+# 95% interval was +-25% (window ended at its 30 s maximum). With 10 ms periods every
+# step spans several periods and sees the same share: +-1.5% in 6 s (same machine, 0.5
+# CPU quota, `milabench run --select flops-fp32`). The ratio is what throttles.
+QUOTA_PERIOD_US = 10_000
+HEALTHY_QUOTA_US = 5_000  # 0.5 CPU
+THROTTLE_QUOTA_US = 2_000  # the slow node: 0.2 CPU, 40% of a healthy node
+REPO = Path(__file__).resolve().parents[2]
+TOKEN_PREFIX = "MILABENCH_FLEET_TOKEN="
+TOOL_FOLDERS = ("milabench", "benchkit", "config", "constraints", "benchmarks")
+
+
+def snapshot_tool(dest: Path) -> Path:
+    """A frozen copy of the tool (package, benchkit, suites, constraints, benchmarks).
+
+    The tests run `milabench fleet` from it (``PYTHONPATH``), so the code pushed to every
+    node is the same even while the working tree is being edited: a file changed between
+    two nodes' copies would (rightly) be reported as an environment difference.
+    """
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "data")
+    for name in TOOL_FOLDERS:
+        shutil.copytree(REPO / name, dest / name, ignore=ignore)
+    shutil.copy2(REPO / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+@dataclass
+class FleetCluster:
+    ssh: SSHNodes
+    node0: SSHNode
+    node1: SSHNode
+    node2: SSHNode
+    main: Path  # the main node's folder (hidden from node1)
+    tool: Path  # the frozen copy of milabench the tests run (hidden from node1)
+    bases: Path  # every node's own base folder lives under this one
+    throttle_problem: str | None
+    hidden: bool
+
+    def entry(self, node: SSHNode, **extra) -> dict:
+        """``node`` as the system file lists it, with its own base folder."""
+        return node.system_node(base=str(self.bases / node.name), **extra)
+
+    def system_file(self, path: Path, nodes: list[dict]) -> Path:
+        return self.ssh.system_yaml(path, nodes)
+
+    @property
+    def suite(self) -> Path:
+        return self.tool / "config" / "cpu.yaml"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables that make `python -m milabench` the frozen copy."""
+        return {"PYTHONPATH": str(self.tool)}
+
+
+def can_hide() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "x", "/mnt"],
+        capture_output=True,
+    )
+    return probe.returncode == 0
+
+
+def fleet_folders(base: Path) -> list[Path]:
+    return sorted(p for p in (base / "fleet").iterdir() if (p / "fleet.json").is_file())
+
+
+def read_fleet(folder: Path) -> dict:
+    return json.loads((folder / "fleet.json").read_text(encoding="utf-8"))
+
+
+def by_name(doc: dict) -> dict[str, dict]:
+    return {n["name"]: n for n in doc["nodes"]}
+
+
+def fleet_argv(cluster: FleetCluster, system: Path, base: Path, *extra: str) -> list[str]:
+    """The fleet command of these tests: the CPU suite's fastest entry. Each node installs
+    its own environment (uv links the files from the package cache: seconds) and runs
+    milabench itself with the test's interpreter."""
+    return [
+        "fleet",
+        "--config",
+        str(cluster.suite),
+        "--select",
+        "flops-fp32",
+        "--system",
+        str(system),
+        "--base",
+        str(base),
+        "--node-python",
+        sys.executable,
+        *extra,
+    ]
+
+
+def assert_nothing_left(cluster: FleetCluster, *nodes: SSHNode, timeout: float = 30.0) -> None:
+    """No process of the fleet anywhere (its token), no session left on any node, and
+    nothing but sshd itself in any node's cgroup."""
+    deadline = time.monotonic() + timeout
+    while True:
+        strays = processes_with_env(TOKEN_PREFIX)
+        sessions = {n.name: n.sessions() for n in nodes if n.alive()}
+        extra = [
+            pid
+            for node in (cluster.node0, cluster.node1, cluster.node2)
+            if node.cgroup is not None and node.alive()
+            for pid in node.cgroup.members()
+            if pid != node.proc.pid
+        ]
+        if not strays and not any(sessions.values()) and not extra:
+            return
+        if time.monotonic() > deadline:
+            described = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in strays]
+            raise AssertionError(
+                f"left behind: token holders {described}, sessions "
+                f"{ {k: [p.pid for p in v] for k, v in sessions.items()} }, cgroup {extra}"
+            )
+        time.sleep(0.5)
