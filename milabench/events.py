@@ -199,20 +199,27 @@ def check_format_version(ev: dict, path: str | Path) -> None:
     The version is the ``format_version`` key of the `config` line (extra keys are allowed
     on every line: run-data.md section 2); files without one are version 1.
     """
-    version = ev.get(FORMAT_KEY, 1)
+    check_version(ev.get(FORMAT_KEY, 1), DATA_FORMAT_VERSION, path, "format version")
+
+
+def check_version(
+    version: object, current: int, source: object, what: str = "schema version"
+) -> int:
+    """The one rule of every versioned file (run data, report JSON, fleet, baseline):
+    versions 1 to `current` are read; anything else is one line (`UsageError`, exit 2)
+    naming `source`, and a newer one says to upgrade."""
     valid = isinstance(version, int) and not isinstance(version, bool) and version >= 1
-    if valid and version <= DATA_FORMAT_VERSION:
-        return
+    if valid and version <= current:
+        return version
     from milabench.errors import UsageError
 
     if not valid:
         raise UsageError(
-            f"{path}: format version {version!r} is not one this milabench reads"
-            f" (1 to {DATA_FORMAT_VERSION})"
+            f"{source}: {what} {version!r} is not one this milabench reads (1 to {current})"
         )
     raise UsageError(
-        f"{path}: format version {version} is newer than this milabench reads"
-        f" ({DATA_FORMAT_VERSION}): upgrade milabench"
+        f"{source}: {what} {version} is newer than this milabench reads"
+        f" ({current}): upgrade milabench"
     )
 
 

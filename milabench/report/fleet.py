@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from milabench.errors import MilabenchError, UsageError
+from milabench.events import check_version
 from milabench.report.build import Report, build_report
 from milabench.report.fleet_model import (
     BASELINE_KIND,
@@ -139,18 +140,7 @@ def check_fleet_schema(doc: Any, source: object) -> int:
     kind = doc.get("kind")
     if kind is not None and kind != FLEET_KIND:
         raise UsageError(f"{source}: kind {kind!r} is not a fleet file ({FLEET_KIND!r})")
-    version = doc.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise UsageError(
-            f"{source}: schema_version {version!r} is not one this milabench reads"
-            f" (1 to {FLEET_SCHEMA_VERSION})"
-        )
-    if version > FLEET_SCHEMA_VERSION:
-        raise UsageError(
-            f"{source}: schema version {version} is newer than this milabench reads"
-            f" ({FLEET_SCHEMA_VERSION}): upgrade milabench"
-        )
-    return version
+    return check_version(doc.get("schema_version"), FLEET_SCHEMA_VERSION, source)
 
 
 def _opt_str(value: Any) -> str | None:
@@ -823,17 +813,7 @@ def load_baseline(path: str | Path) -> Baseline:
     kind = doc.get("kind")
     if kind is not None and kind != BASELINE_KIND:
         raise UsageError(f"{path}: kind {kind!r} is not a baseline file ({BASELINE_KIND!r})")
-    version = doc.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise UsageError(
-            f"{path}: schema_version {version!r} is not one this milabench reads"
-            f" (1 to {BASELINE_SCHEMA_VERSION})"
-        )
-    if version > BASELINE_SCHEMA_VERSION:
-        raise UsageError(
-            f"{path}: schema version {version} is newer than this milabench reads"
-            f" ({BASELINE_SCHEMA_VERSION}): upgrade milabench"
-        )
+    version = check_version(doc.get("schema_version"), BASELINE_SCHEMA_VERSION, path)
     raw = doc.get("models")
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: models: a mapping of hardware model -> benchmarks is expected")

@@ -340,18 +340,9 @@ def check_report_schema(data: Any, source: object) -> dict[str, Any]:
 
     if not isinstance(data, dict):
         raise UsageError(f"{source}: not a milabench report (a JSON object is expected)")
-    version = data.get("schema_version", 1)
-    valid = isinstance(version, int) and not isinstance(version, bool) and version >= 1
-    if not valid:
-        raise UsageError(
-            f"{source}: schema version {version!r} is not one this milabench reads"
-            f" (1 to {REPORT_SCHEMA_VERSION})"
-        )
-    if version > REPORT_SCHEMA_VERSION:
-        raise UsageError(
-            f"{source}: schema version {version} is newer than this milabench reads"
-            f" ({REPORT_SCHEMA_VERSION}): upgrade milabench"
-        )
+    from milabench.events import check_version
+
+    check_version(data.get("schema_version", 1), REPORT_SCHEMA_VERSION, source)
     return data
 
 
