@@ -88,6 +88,10 @@ class NVMLSampler:
                 entry["power"] = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
             except nvml.NVMLError:
                 pass
+            try:  # cumulative since the driver loaded (Volta and later), mJ -> J
+                entry["energy"] = nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0
+            except (nvml.NVMLError, AttributeError):
+                pass
             out[key] = entry
         return out
 
@@ -121,18 +125,27 @@ class FakeGPUSampler:
         self.samples = 0
         self.keys = [str(i) for i, _ in enumerate(visible_devices(count))]
         self._t0 = time.monotonic()
+        # A cumulative energy counter like NVML's (joules), integrating the fake power.
+        self._energy = 1000.0
+        self._last: tuple[float, float] | None = None  # (time, power) of the last sample
 
     def sample(self) -> dict[str, dict[str, Any]]:
         self.samples += 1
         if self.lost_at and self.samples >= self.lost_at:
             raise RuntimeError(f"GPU is lost (fake device, lost@{self.lost_at})")
-        phase = (time.monotonic() - self._t0) % 10.0 / 10.0
+        now = time.monotonic()
+        phase = (now - self._t0) % 10.0 / 10.0
+        power = round(100.0 + 200.0 * phase, 1)
+        if self._last is not None:
+            self._energy += self._last[1] * (now - self._last[0])
+        self._last = (now, power)
         return {
             key: {
                 "memory": [round(self.total * (0.3 + 0.4 * phase), 1), self.total],
                 "load": round(0.5 + 0.45 * phase, 3),
                 "temperature": 40 + int(30 * phase),
-                "power": round(100.0 + 200.0 * phase, 1),
+                "power": power,
+                "energy": round(self._energy, 3),
             }
             for key in self.keys
         }
@@ -141,15 +154,18 @@ class FakeGPUSampler:
         pass
 
 
-def gpu_sampler() -> NVMLSampler | FakeGPUSampler | None:
-    """The accelerator back-end available here, or None."""
+def gpu_sampler() -> Any:
+    """The accelerator back-end available here (fake, NVML, rocm-smi, xpu-smi), or None."""
     fake = os.environ.get("MILABENCH_FAKE_GPUS")
     if fake:
         return FakeGPUSampler(fake)
     try:
         return NVMLSampler()
     except Exception:  # no pynvml, no driver, no device
-        return None
+        pass
+    from benchkit.smi import smi_sampler
+
+    return smi_sampler()
 
 
 class PsutilSampler:

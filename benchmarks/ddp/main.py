@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from benchkit.flops import count_and_declare
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, default_device, optimizer_step, setup
 
@@ -78,6 +79,16 @@ def main(argv: list[str] | None = None) -> None:
     run = setup(args, device=device)  # the same seed: the same initial weights on every rank
 
     model = make_model(args).to(device)
+    # One counted forward + backward on the plain module (no collective), rank 0 declares.
+    sample = torch.randn(args.batch_size, args.features, device=device)
+    target = torch.zeros(args.batch_size, dtype=torch.long, device=device)
+
+    def one_step() -> None:
+        with run.autocast():
+            F.cross_entropy(model(sample), target).backward()
+
+    count_and_declare(one_step, args.batch_size, precision=args.precision)
+    model.zero_grad(set_to_none=True)
     if world > 1:
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)

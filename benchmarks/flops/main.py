@@ -27,6 +27,7 @@ import time
 import torch
 
 from benchkit import golden
+from benchkit.flops import declare_flops
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, setup
 
@@ -112,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
         flush=True,
     )
 
+    # The rate is already in TFLOPS: one "item" is one TFLOP, so the report's TFLOPS equal
+    # the rate and its MFU is the fraction of the device's peak for this dtype.
+    declare_flops(1e12, precision=args.dtype, source="analytic")
     steps = TimedIterator(
         itertools.count(),
         batch_size_fn=lambda _step: tflop_per_step,

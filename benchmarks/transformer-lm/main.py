@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchkit.flops import count_and_declare
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, optimizer_step, setup
 
@@ -120,8 +121,21 @@ def main(argv: list[str] | None = None) -> None:
         flush=True,
     )
 
+    batches = token_batches(args, device)
+    sample_in, sample_out = next(batches)
+
+    def one_step() -> None:
+        with run.autocast():
+            logits = model(sample_in)
+            F.cross_entropy(
+                logits.view(-1, logits.shape[-1]).float(), sample_out.reshape(-1)
+            ).backward()
+
+    # One counted step (forward + backward): the report's TFLOPS and MFU.
+    count_and_declare(one_step, sample_in.numel(), precision=args.precision)
+    model.zero_grad(set_to_none=True)
     timed = TimedIterator(
-        token_batches(args, device),
+        batches,
         batch_size_fn=lambda b: b[0].numel(),
         device=device,
         units="Tok/s",

@@ -48,6 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write the report to FILE instead of standard output",
     )
+    add_option(
+        parser,
+        "peaks",
+        default=None,
+        metavar="FILE",
+        help="device peak TFLOPS for the MFU column, merged over config/peaks.yaml "
+        "(env MILABENCH_PEAKS)",
+    )
     add_validations_option(
         parser, "validation layers to add (error, ensure_rate, version are on by default)"
     )
@@ -81,9 +89,11 @@ def run_folders(args: argparse.Namespace) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from milabench.report import build_report, render
+    from milabench.report.efficiency import load_peaks
 
+    peaks = load_peaks(args.peaks)  # a bad file is one line naming it, before any reading
     report = build_report(
-        run_folders(args), entries=suite_entries(args), validations=args.validations
+        run_folders(args), entries=suite_entries(args), validations=args.validations, peaks=peaks
     )
     text = render(report, args.format)
     if args.output:

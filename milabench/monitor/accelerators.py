@@ -14,12 +14,12 @@
 Every back-end answers `.arch`, `.devices()` (``[{"index", "device", "product",
 "memory": {"used", "total"}}]`` in MiB), `.sample()` (the ``gpudata`` mapping of
 run-data.md: ``{"0": {"memory": [used, total], "load": 0..1, "temperature": C,
-"power": W}}``) and `.system_info()`.
+"power": W, "energy": J}}``, energy being a cumulative counter where the back-end has
+one) and `.system_info()`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from benchkit.monitors import visible_devices
+from benchkit.smi import ROCM_ARGS, XPU_METRICS, parse_rocm, parse_xpu_discovery, parse_xpu_dump
 from milabench.errors import ConfigError
 
 ARCHES = ("cuda", "rocm", "xpu", "hpu", "cpu")
@@ -67,6 +68,10 @@ class FakeAccelerators(Accelerators):
         self.count = count
         self.memory_mib = memory_mib
         self._start = time.monotonic()
+        # Cumulative energy per device (J), integrating the fake power between samples,
+        # so that the report's counter path sees numbers that grow like NVML's.
+        self._energy = [1000.0] * count
+        self._last: list[tuple[float, float] | None] = [None] * count
 
     @classmethod
     def from_spec(cls, spec: str) -> FakeAccelerators:
@@ -109,13 +114,20 @@ class FakeAccelerators(Accelerators):
 
     def sample(self) -> dict[str, dict[str, Any]]:
         out = {}
+        now = time.monotonic()
         for i in range(self.count):
             load = self._load(i)
+            power = round(80 + 300 * load, 1)
+            last = self._last[i]
+            if last is not None:
+                self._energy[i] += last[1] * (now - last[0])
+            self._last[i] = (now, power)
             out[str(i)] = {
                 "memory": [self._used(i), self.memory_mib],
                 "load": load,
                 "temperature": round(40 + 35 * load, 1),
-                "power": round(80 + 300 * load, 1),
+                "power": power,
+                "energy": round(self._energy[i], 3),
             }
         return out
 
@@ -198,6 +210,10 @@ class NVMLAccelerators(Accelerators):
                 record["power"] = nvml.nvmlDeviceGetPowerUsage(handle) / 1000
             except nvml.NVMLError:
                 record["power"] = None
+            try:  # cumulative since the driver loaded (Volta and later), mJ -> J
+                record["energy"] = nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000
+            except (nvml.NVMLError, AttributeError):
+                pass
             out[str(i)] = record
         return out
 
@@ -257,23 +273,16 @@ class SMIAccelerators(Accelerators):
         return self._xpu_devices()
 
     def _rocm_devices(self) -> list[dict[str, Any]]:
-        try:
-            data = json.loads(self._run("--showmeminfo", "vram", "--showproductname", "--json"))
-        except ValueError:
-            return []
+        cards = parse_rocm(self._run(*ROCM_ARGS))
         out = []
-        for i, (card, info) in enumerate(sorted(data.items())):
-            if not card.startswith("card"):
-                continue
-            total = int(info.get("VRAM Total Memory (B)", 0)) // 2**20
-            used = int(info.get("VRAM Total Used Memory (B)", 0)) // 2**20
-            product = info.get("Card series") or info.get("Card SKU") or "AMD GPU"
+        for i, (_, sample) in enumerate(sorted(cards.items(), key=lambda kv: int(kv[0]))):
+            used, total = sample.get("memory") or (0.0, 0.0)
             out.append(
                 {
                     "index": i,
                     "device": i,
-                    "product": product,
-                    "memory": {"used": used, "total": total},
+                    "product": sample.get("product") or "AMD GPU",
+                    "memory": {"used": int(used), "total": int(total)},
                 }
             )
         return out
@@ -299,24 +308,37 @@ class SMIAccelerators(Accelerators):
         return out
 
     def _xpu_devices(self) -> list[dict[str, Any]]:
-        try:
-            data = json.loads(self._run("discovery", "--json"))
-        except ValueError:
-            return []
-        out = []
-        for i, dev in enumerate(data.get("device_list", [])):
-            total = int(dev.get("memory_physical_size_byte", 0) or 0) // 2**20
-            out.append(
-                {
-                    "index": i,
-                    "device": dev.get("device_id", i),
-                    "product": dev.get("device_name", "Intel GPU"),
-                    "memory": {"used": 0, "total": total},
-                }
-            )
-        return out
+        found = parse_xpu_discovery(self._run("discovery", "--json"))
+        return [
+            {
+                "index": i,
+                "device": int(key) if key.isdigit() else key,
+                "product": info["product"],
+                "memory": {"used": 0, "total": int(info.get("total_mib") or 0)},
+            }
+            for i, (key, info) in enumerate(found.items())
+        ]
 
     def sample(self) -> dict[str, dict[str, Any]]:
+        """Live samples: rocm-smi and xpu-smi through `benchkit.smi` (load, power,
+        temperature, memory and the cumulative energy counter), hl-smi memory only."""
+        if self.arch == "rocm":
+            cards = parse_rocm(self._run(*ROCM_ARGS))
+            ordered = sorted(cards.items(), key=lambda kv: int(kv[0]))
+            return {
+                str(i): {k: v for k, v in sample.items() if k != "product"}
+                for i, (_, sample) in enumerate(ordered)
+            }
+        if self.arch == "xpu":
+            out = {}
+            for d in self._xpu_devices():
+                argv = ["dump", "-d", str(d["device"]), "-m", XPU_METRICS, "-n", "1"]
+                for sample in parse_xpu_dump(self._run(*argv)).values():
+                    used = sample.pop("memory_used", None)
+                    if used is not None:
+                        sample["memory"] = [used, d["memory"]["total"]]
+                    out[str(d["index"])] = sample
+            return out
         return {
             str(d["index"]): {
                 "memory": [d["memory"]["used"], d["memory"]["total"]],

@@ -29,6 +29,7 @@ from typing import Any
 from benchkit.window import Interval, rate_interval, t975
 from milabench.config.entry import Entry, as_entry
 from milabench.report import outcome, stats
+from milabench.report.efficiency import PeakTable, counter_energy, efficiency
 from milabench.report.numbers import MISSING, fmt_duration, fmt_seconds, fmt_sig
 from milabench.report.runs import FileResult
 
@@ -312,8 +313,19 @@ class BenchResult:
     peak_memory: float | None = None
     mean_load: float | None = None
     energy: float | None = None  # joules
+    energy_source: str | None = None  # "counter" (the devices' energy counters) or "power"
     mean_power: float | None = None  # watts
-    perf_per_watt: float | None = None
+    perf_per_watt: float | None = None  # items/s per watt = items per joule
+    # Efficiency (`milabench.report.efficiency`): filled by `apply_efficiency`.
+    flops_per_item: float | None = None
+    flops_precision: str | None = None
+    flops_source: str | None = None
+    tflops: float | None = None
+    tflops_low: float | None = None  # the rate's 95% interval, in TFLOPS
+    tflops_high: float | None = None
+    product: str | None = None
+    peak_tflops: float | None = None  # the devices' peak for the precision, together
+    mfu: float | None = None  # model FLOPs utilisation, 0..1
     reason: str | None = None
     phase: str = "run"
     # How good the number is (docs/measurement.md): over the successful files.
@@ -352,11 +364,19 @@ def apply_entry(br: BenchResult, entry: Entry | Mapping[str, Any]) -> None:
 
 
 def _accelerator_stats(br: BenchResult, files: list[FileResult], per_gpu: bool) -> None:
+    """Peak memory, mean load, energy and mean power of the successful files.
+
+    Energy and power come from the devices' cumulative energy counters when every file
+    has them (`efficiency.counter_energy`: exact, whatever the sampling interval), else
+    from power x time between samples (an estimate that misses what happens between
+    samples)."""
     memory: list[float] = []
     loads: list[float] = []
     energy = 0.0
     has_power = False
     power_by_group: dict[str, list[float]] = defaultdict(list)
+    counters = {fr.tag: counter_energy(fr) for fr in files}
+    use_counters = bool(files) and all(c is not None for c in counters.values())
     for fr in files:
         per_dev: dict[str, list[tuple[float | None, float]]] = defaultdict(list)
         sample_power: list[float] = []
@@ -377,26 +397,55 @@ def _accelerator_stats(br: BenchResult, files: list[FileResult], per_gpu: bool) 
                     seen_p = True
             if seen_p:
                 sample_power.append(total_p)
+        key = (fr.device or "all") if per_gpu else "all"
+        found = counters[fr.tag]
+        if use_counters and found is not None:
+            energy += found.joules
+            has_power = True
+            power_by_group[key].append(found.mean_power)
+            continue
         for series in per_dev.values():
             timed = sorted((t, p) for t, p in series if t is not None)
             for (t0, p0), (t1, _) in zip(timed, timed[1:], strict=False):
                 energy += p0 * (t1 - t0)
                 has_power = True
         if sample_power:
-            key = (fr.device or "all") if per_gpu else "all"
             power_by_group[key].append(stats.mean(sample_power))
     br.peak_memory = max(memory) if memory else None
     br.mean_load = stats.mean(loads) if loads else None
     if has_power:
         br.energy = energy
+        br.energy_source = "counter" if use_counters else "power"
     if power_by_group:
         br.mean_power = math.fsum(stats.mean(v) for v in power_by_group.values())
         if br.mean_power > 0 and not math.isnan(br.raw_rate):
             br.perf_per_watt = br.raw_rate / br.mean_power
 
 
-def aggregate_benchmark(br: BenchResult) -> BenchResult:
-    """Fill the statistics of `br` from `br.files` (see the module docstring)."""
+def apply_efficiency(br: BenchResult, peaks: PeakTable | None) -> None:
+    """TFLOPS (with the rate's interval) and MFU from the benchmark's FLOPs declaration
+    and the device's peak (`milabench.report.efficiency`)."""
+    ok = [fr for fr in br.files if br.statuses.get(fr.tag) == SUCCESS]
+    found = efficiency(
+        rate=br.raw_rate,
+        ci_low=br.ci_low,
+        ci_high=br.ci_high,
+        ngpu=br.ngpu,
+        files=ok or br.files,
+        peaks=peaks,
+    )
+    br.flops_per_item = found.flops_per_item
+    br.flops_precision = found.flops_precision
+    br.flops_source = found.flops_source
+    br.tflops, br.tflops_low, br.tflops_high = found.tflops, found.tflops_low, found.tflops_high
+    br.product = found.product
+    br.peak_tflops = found.peak_tflops
+    br.mfu = found.mfu
+
+
+def aggregate_benchmark(br: BenchResult, peaks: PeakTable | None = None) -> BenchResult:
+    """Fill the statistics of `br` from `br.files` (see the module docstring); ``peaks``
+    (device peak TFLOPS) gives the MFU, without it only the TFLOPS are filled."""
     files = br.files
     if files and all(fr.phase != "run" for fr in files):
         br.phase = files[0].phase
@@ -434,6 +483,7 @@ def aggregate_benchmark(br: BenchResult) -> BenchResult:
     _accelerator_stats(br, ok, per_gpu)
     _measurement_quality(br, ok, per_gpu)
     _instrumentation_overhead(br, ok)
+    apply_efficiency(br, peaks)
     several = len(active) > 1
     for fr in active:
         prefix = f"{fr.tag}: " if several else ""

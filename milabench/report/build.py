@@ -22,6 +22,7 @@ from milabench.report.aggregate import (
     apply_entry,
     suite_score,
 )
+from milabench.report.efficiency import PeakTable, load_peaks
 from milabench.report.runs import FileResult, read_run_dir
 from milabench.report.validation import ErrorGroup, LayerResult, run_layers, select_layers
 
@@ -101,8 +102,12 @@ def build_report(
     *,
     entries: dict | None = None,
     validations: list[str] | None = None,
+    peaks: PeakTable | None = None,
 ) -> Report:
-    """Statistics, scores and validation verdicts of the given run folders."""
+    """Statistics, scores and validation verdicts of the given run folders.
+
+    ``peaks``: device peak TFLOPS for the MFU column (default: ``config/peaks.yaml`` with
+    ``$MILABENCH_PEAKS`` merged over it)."""
     run_dirs = [Path(d) for d in run_dirs]
     files = [fr for d in run_dirs for fr in read_run_dir(d)]
     benches: dict[str, BenchResult] = {}
@@ -119,7 +124,9 @@ def build_report(
         elif not br.files and fr.config and not entries:
             apply_entry(br, fr.config)
         br.files.append(fr)
-    rows = [aggregate_benchmark(br) for br in benches.values()]
+    if peaks is None:
+        peaks = load_peaks()
+    rows = [aggregate_benchmark(br, peaks) for br in benches.values()]
     if not entries:  # no suite order: show benchmarks in the order they ran
         rows.sort(key=_first_start)
     layers = run_layers(rows, select_layers(validations))

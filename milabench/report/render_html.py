@@ -16,7 +16,6 @@ from milabench.report.render_tables import (
     _table_cells,
     breakdown_rows,
     fmt_halfwidth,
-    has_overhead,
     system_value,
     table_columns,
     verdict_line,
@@ -106,10 +105,10 @@ def render_html(report: Report) -> str:
             f"<tr><th>{key}</th><td>{escape(system_value(key, report.system.get(key)))}</td></tr>"
         )
     h += ["</table>", '<h2>Breakdown</h2><table class="breakdown"><tr>']
-    extra = has_overhead(rows)
-    h += [f"<th>{escape(c)}</th>" for c in table_columns(rows)] + ["<th>reason</th></tr>"]
+    columns = table_columns(rows)
+    h += [f"<th>{escape(c)}</th>" for c in columns] + ["<th>reason</th></tr>"]
     for r in rows:
-        cells = _table_cells(r, extra)
+        cells = _table_cells(r, columns)
         h.append(
             "<tr>"
             + f"<td>{escape(cells[0])}</td>"

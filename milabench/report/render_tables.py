@@ -72,7 +72,19 @@ def breakdown_rows(report: Report) -> list[dict[str, Any]]:
             "peak_memory": _num(br.peak_memory),
             "mean_load": br.mean_load,
             "energy": br.energy,
+            "energy_source": br.energy_source,
+            "mean_power": _num(br.mean_power),
             "perf_per_watt": br.perf_per_watt,
+            "items_per_joule": br.perf_per_watt,  # (items/s) / W = items / J
+            "flops_per_item": br.flops_per_item,
+            "flops_precision": br.flops_precision,
+            "flops_source": br.flops_source,
+            "tflops": _num(br.tflops),
+            "tflops_ci95_low": _num(br.tflops_low),
+            "tflops_ci95_high": _num(br.tflops_high),
+            "accelerator": br.product,
+            "peak_tflops": _num(br.peak_tflops),
+            "mfu": _num(br.mfu),
             "samples": len(br.samples),
             "warnings": list(br.warnings),
         }
@@ -103,40 +115,78 @@ def has_overhead(rows: list[dict[str, Any]]) -> bool:
     return any(r.get("overhead") is not None for r in rows)
 
 
+def has_flops(rows: list[dict[str, Any]]) -> bool:
+    """Some row declared its FLOPs (then the tables show TFLOPS and MFU)."""
+    return any(r.get("tflops") is not None for r in rows)
+
+
+def has_energy(rows: list[dict[str, Any]]) -> bool:
+    """Some row has an energy figure (a monitor reported power or an energy counter)."""
+    return any(r.get("energy") is not None or r.get("items_per_joule") for r in rows)
+
+
+# Columns shown only when some row has the figure, inserted before "score" so the
+# scored columns stay last; a CPU-only report keeps its width.
+EFFICIENCY_COLUMNS = ["TFLOPS", "MFU"]
+ENERGY_COLUMNS = ["energy", "items/J"]
+
+
 def table_columns(rows: list[dict[str, Any]]) -> list[str]:
-    """`COLUMNS`, with `overhead` after `measured` when some row has one."""
-    if not has_overhead(rows):
-        return list(COLUMNS)
-    return [*COLUMNS[:_OVERHEAD_AT], OVERHEAD_COLUMN, *COLUMNS[_OVERHEAD_AT:]]
+    """`COLUMNS`, with `overhead` after `measured` when some row has one, and the
+    efficiency (TFLOPS, MFU) and energy (energy, items/J) columns when some row has them."""
+    columns = list(COLUMNS)
+    if has_overhead(rows):
+        columns.insert(_OVERHEAD_AT, OVERHEAD_COLUMN)
+    at = columns.index("score")
+    extra = (EFFICIENCY_COLUMNS if has_flops(rows) else []) + (
+        ENERGY_COLUMNS if has_energy(rows) else []
+    )
+    return columns[:at] + extra + columns[at:]
 
 
-def _table_cells(row: dict[str, Any], overhead: bool = False) -> list[str]:
-    """The table's cells of one row: every number through `numbers.fmt_sig` (3 digits).
+def fmt_mfu(mfu: float | None) -> str:
+    """0.412 -> "41.2%"."""
+    return fmt_pct(None if mfu is None else 100.0 * mfu)
 
-    ``overhead``: add the `overhead` cell (`table_columns` says when), ``0.02%/step``.
-    """
+
+def fmt_energy(joules: float | None) -> str:
+    """Joules for people: "812 J", "45.1 kJ", "3.2 MJ"."""
+    if joules is None:
+        return MISSING
+    for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
+        if abs(joules) >= scale:
+            return f"{fmt_sig(joules / scale)} {unit}"
+    return f"{fmt_sig(joules)} J"
+
+
+def _table_cells(row: dict[str, Any], columns: list[str] | None = None) -> list[str]:
+    """The table's cells of one row, in the order of ``columns`` (`table_columns`; the
+    base `COLUMNS` when None): every number through `numbers.fmt_sig` (3 digits)."""
     mem = row["peak_memory"]  # MiB
-    cells = [
-        row["name"],
-        str(row["fail"]),
-        str(row["n"]),
-        str(row["ngpu"]),
-        fmt_sig(row["perf"]),
-        fmt_halfwidth(row["halfwidth"]),
-        f"{row['observations']:,}" if row["observations"] else MISSING,
-        fmt_seconds(row["warmup_s"]),
-        fmt_seconds(row["measured_s"]),
-        _target_cell(row),
-        fmt_pct(row["sem"]),
-        fmt_pct(row["std"]),
-        fmt_bytes(row["peak_rss"]),
-        fmt_bytes(None if mem is None else mem * 2**20),
-        fmt_sig(row["score"]),
-        fmt_sig(row["weight"]),
-    ]
-    if overhead:
-        cells.insert(_OVERHEAD_AT, fmt_overhead(row.get("overhead")))
-    return cells
+    cells = {
+        "bench": row["name"],
+        "fail": str(row["fail"]),
+        "n": str(row["n"]),
+        "ngpu": str(row["ngpu"]),
+        "perf": fmt_sig(row["perf"]),
+        "95% CI": fmt_halfwidth(row["halfwidth"]),
+        "obs": f"{row['observations']:,}" if row["observations"] else MISSING,
+        "warm-up": fmt_seconds(row["warmup_s"]),
+        "measured": fmt_seconds(row["measured_s"]),
+        OVERHEAD_COLUMN: fmt_overhead(row.get("overhead")),
+        "target": _target_cell(row),
+        "sem%": fmt_pct(row["sem"]),
+        "std%": fmt_pct(row["std"]),
+        "peak RSS": fmt_bytes(row["peak_rss"]),
+        "peak acc mem": fmt_bytes(None if mem is None else mem * 2**20),
+        "TFLOPS": fmt_sig(row.get("tflops")),
+        "MFU": fmt_mfu(row.get("mfu")),
+        "energy": fmt_energy(row.get("energy")),
+        "items/J": fmt_sig(row.get("items_per_joule")),
+        "score": fmt_sig(row["score"]),
+        "weight": fmt_sig(row["weight"]),
+    }
+    return [cells[c] for c in (columns or COLUMNS)]
 
 
 def _layer_lines(report: Report) -> list[str]:
@@ -180,8 +230,8 @@ def render_text(report: Report) -> str:
     for key in ("cpu", "n_cpu", "product", "n_gpu", "memory"):
         lines.append(f"{key + ':':<10}{system_value(key, report.system.get(key))}")
     lines += [""] + _title("Breakdown")
-    columns, extra = table_columns(rows), has_overhead(rows)
-    cells = [columns] + [_table_cells(r, extra) for r in rows]
+    columns = table_columns(rows)
+    cells = [columns] + [_table_cells(r, columns) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
     for c in cells:
         parts = [c[0].ljust(widths[0])] + [
@@ -234,11 +284,11 @@ def render_markdown(report: Report) -> str:
         f"{sysinfo.get('n_gpu') or 0} x {sysinfo.get('product') or 'no accelerator'}",
         "",
     ]
-    columns, extra = table_columns(rows), has_overhead(rows)
+    columns = table_columns(rows)
     out.append("| " + " | ".join(columns) + " |")
     out.append("|" + "|".join([":---"] + ["---:"] * (len(columns) - 1)) + "|")
     for r in rows:
-        cells = _table_cells(r, extra)
+        cells = _table_cells(r, columns)
         if r.get("reason"):
             cells[PERF] = f"— ({r['reason']})"
         out.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
@@ -265,7 +315,9 @@ CSV_FIELDS = [
     "name", "n", "fail", "ngpu", "perf", "rate", "std", "sem", "min", "q1", "median", "q3",
     "max", "observations", "warmup_s", "measured_s", "ci95_low", "ci95_high", "halfwidth",
     "target", "target_met", "min_observations", "peak_rss", "peak_memory", "mean_load", "energy",
-    "perf_per_watt", "score", "weight", "units", "warnings", "reason",
+    "energy_source", "mean_power", "perf_per_watt", "items_per_joule", "flops_per_item",
+    "flops_precision", "flops_source", "tflops", "tflops_ci95_low", "tflops_ci95_high",
+    "accelerator", "peak_tflops", "mfu", "score", "weight", "units", "warnings", "reason",
 ]  # fmt: skip
 # Appended (last) only when some row has an overhead: other reports keep their columns.
 CSV_OVERHEAD_FIELDS = ["overhead", "overhead_per_step_s"]

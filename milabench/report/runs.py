@@ -72,6 +72,9 @@ class FileResult:
     # Golden checks (`benchkit.golden`: the timed operation against a float64 reference),
     # every `golden` payload in order: {"name", "dtype", "max_rel_error", "tolerance", ...}.
     golden: list[dict] = field(default_factory=list)
+    # The work one item costs (`benchkit.flops`: flops_per_item, precision, flops_source),
+    # the first declaration of the file; the report turns it into TFLOPS and MFU.
+    flops: dict | None = None
     # Memory of the process tree (`process_tree` records of the runner, bytes), and the
     # benchmark's own `process` samples (RSS of the measuring process, bytes): fallback.
     tree_peak_rss: float | None = None
@@ -205,6 +208,14 @@ def _record(fr: FileResult, rec: dict) -> None:
         fr.overhead = rec["overhead"]
     if isinstance(rec.get("golden"), dict):
         fr.golden.append(rec["golden"])
+    if fr.flops is None and "flops_per_item" in rec:
+        per_item = as_float(rec.get("flops_per_item"))
+        if per_item is not None and math.isfinite(per_item) and per_item > 0:
+            fr.flops = {
+                "flops_per_item": per_item,
+                "precision": str(rec.get("precision") or "fp32"),
+                "flops_source": rec.get("flops_source"),
+            }
     tree = rec.get("process_tree")
     if isinstance(tree, dict):
         for key in ("peak_rss", "rss"):

@@ -48,7 +48,7 @@ def test_fake_gpus_keys_as_the_process_sees_them(monkeypatch):
     assert list(sample) == ["0"]
     gpu = sample["0"]
     assert gpu["memory"][1] == 40960 and 0 <= gpu["load"] <= 1
-    assert set(gpu) == {"memory", "load", "temperature", "power"}
+    assert set(gpu) == {"memory", "load", "temperature", "power", "energy"}
 
 
 def test_monitor_thread_writes_records(pipe, monkeypatch):

@@ -9,6 +9,7 @@ reachable by their ``MIG-...`` UUID like on a real A100/H100 in MIG mode.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 NVML_SUCCESS = 0
@@ -62,6 +63,7 @@ def h100_node(count: int = 8) -> list[FakeDevice]:
 
 
 DEVICES: list[FakeDevice] = h100_node()
+_T0 = time.monotonic()
 _initialised = False
 
 
@@ -144,5 +146,8 @@ def nvmlDeviceGetPowerUsage(handle: FakeDevice) -> int:
 
 
 def nvmlDeviceGetTotalEnergyConsumption(handle: FakeDevice) -> int:
+    """Millijoules since the driver loaded: ``energy_mj`` at import, then the device's
+    power integrated over the time since, so that successive samples grow like a real
+    counter's (mW x s = mJ)."""
     _check()
-    return handle.energy_mj
+    return handle.energy_mj + int(handle.power_mw * (time.monotonic() - _T0))

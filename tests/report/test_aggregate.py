@@ -187,6 +187,8 @@ def test_renderers(run_dir: Path):
         "std%",
         "peak RSS",
         "peak acc mem",
+        "energy",  # the fixture's monitors report power: the energy columns are shown
+        "items/J",
         "score",
         "weight",
     ]

@@ -1,0 +1,114 @@
+"""The work one item costs, so that the report can turn items/s into TFLOPS and MFU.
+
+Why a declaration rather than a FLOP counter in the loop: counting every step would add
+dispatch overhead to the measurement, and the work per item of a training step does not
+change between steps. A benchmark declares it once, before its timed loop, either from
+its model's shape (``per_item=...``, e.g. ``6 * parameters * tokens`` for a decoder) or by
+counting one real step with ``torch.utils.flop_counter`` (:func:`count_flops`). The
+report multiplies the rate (items/s) by the declared FLOPs per item, and divides by the
+device's peak for the declared precision (a table in ``config/peaks.yaml``).
+
+The record (a ``data`` event, written by rank 0 only, like every metric record)::
+
+    {"task": "train", "flops_per_item": 3.1e9, "precision": "bf16", "flops_source": "counted"}
+
+``precision`` names the peak the work should be compared with: ``fp32``, ``tf32``,
+``fp16``, ``bf16`` or ``fp8`` (``tf32-fp16`` maps to ``fp16``: the matmuls run in fp16).
+Standard library at module level (benchkit's rule); torch only inside ``count_flops``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+from benchkit.channel import DataWriter, default_writer
+
+#: Peak classes of ``config/peaks.yaml``.
+PEAK_CLASSES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+# A benchmark's ``--precision`` value -> the peak class its matmuls run at.
+_PEAK_CLASS = {
+    "fp32": "fp32",
+    "tf32": "tf32",
+    "fp16": "fp16",
+    "bf16": "bf16",
+    "fp8": "fp8",
+    "tf32-fp16": "fp16",
+    "tf32-bf16": "bf16",
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "half": "fp16",
+}
+
+
+def peak_class(precision: str | None) -> str:
+    """The peak class of a precision name (``fp32`` when unknown or None)."""
+    return _PEAK_CLASS.get((precision or "fp32").lower(), "fp32")
+
+
+def _is_rank0() -> bool:
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def declare_flops(
+    per_item: float,
+    *,
+    precision: str | None = None,
+    source: str = "analytic",
+    task: str = "train",
+    writer: DataWriter | None = None,
+) -> dict[str, Any] | None:
+    """Record the floating-point operations one item costs (forward + backward for a
+    training step, forward only for inference). Returns the record, or None when nothing
+    was written (not rank 0, or ``per_item`` is not a positive finite number)."""
+    if not (isinstance(per_item, (int, float)) and math.isfinite(per_item) and per_item > 0):
+        return None
+    if not _is_rank0():
+        return None
+    record = {
+        "task": task,
+        "flops_per_item": float(per_item),
+        "precision": peak_class(precision),
+        "flops_source": source,
+    }
+    (writer or default_writer()).write(record)
+    return record
+
+
+def count_flops(step: Callable[[], Any]) -> int:
+    """FLOPs of one call of ``step`` (e.g. forward + backward of one batch), counted by
+    ``torch.utils.flop_counter.FlopCounterMode`` (matmuls, convolutions, attention).
+
+    The step really runs: call it before the timed loop and clear the gradients after.
+    Returns 0 when the counter is unavailable (then declare nothing)."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+    except ImportError:  # pragma: no cover - torch without the counter
+        step()
+        return 0
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step()
+    return int(counter.get_total_flops())
+
+
+def count_and_declare(
+    step: Callable[[], Any],
+    items: int,
+    *,
+    precision: str | None = None,
+    task: str = "train",
+    writer: DataWriter | None = None,
+) -> float:
+    """Count one step of ``items`` items and declare the per-item figure; returns it
+    (0.0 when nothing could be counted)."""
+    total = count_flops(step)
+    if total <= 0 or items <= 0:
+        return 0.0
+    per_item = total / items
+    declare_flops(per_item, precision=precision, source="counted", task=task, writer=writer)
+    return per_item
