@@ -105,7 +105,13 @@ def parse_peaks(data: Any, origin: str) -> PeakTable:
 
 def load_peaks(path: str | os.PathLike | None = None) -> PeakTable:
     """The shipped table, with ``path`` (or ``$MILABENCH_PEAKS``) merged over it."""
-    table = parse_peaks(_read(DEFAULT_PEAKS), str(DEFAULT_PEAKS))
+    # The shipped table lives next to the suites; an installation without them (a wheel)
+    # reports TFLOPS but no MFU rather than failing the report.
+    table = (
+        parse_peaks(_read(DEFAULT_PEAKS), str(DEFAULT_PEAKS))
+        if DEFAULT_PEAKS.is_file()
+        else PeakTable([])
+    )
     extra = path or os.environ.get(PEAKS_ENV)
     if extra:
         extra_path = Path(extra)
