@@ -80,20 +80,36 @@ def declare_flops(
 
 
 def count_flops(step: Callable[[], Any]) -> int:
-    """FLOPs of one call of ``step`` (e.g. forward + backward of one batch), counted by
-    ``torch.utils.flop_counter.FlopCounterMode`` (matmuls, convolutions, attention).
+    """FLOPs of one call of ``step`` (e.g. forward + backward of one batch), counted with
+    the formulas of ``torch.utils.flop_counter`` (matmuls, convolutions, attention).
 
     The step really runs: call it before the timed loop and clear the gradients after.
-    Returns 0 when the counter is unavailable (then declare nothing)."""
+    The counting mode only looks at the operators dispatched (no module hooks, unlike
+    ``FlopCounterMode``, whose module tracker breaks models with custom autograd
+    functions such as Reformer's reversible layers). Returns 0 when torch has no
+    formulas (then declare nothing)."""
     try:
-        from torch.utils.flop_counter import FlopCounterMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import flop_registry
     except ImportError:  # pragma: no cover - torch without the counter
         step()
         return 0
-    counter = FlopCounterMode(display=False)
+
+    class _Count(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                self.total += int(formula(*args, **kwargs, out_val=out))
+            return out
+
+    counter = _Count()
     with counter:
         step()
-    return int(counter.get_total_flops())
+    return counter.total
 
 
 def count_and_declare(

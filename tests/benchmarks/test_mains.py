@@ -21,6 +21,12 @@ MAINS = [
     "thirdparty",
     "llm",
     "torchvision",
+    "huggingface",
+    "llama",
+    "rlhf",
+    "llava",
+    "geo_gnn",
+    "recursiongfn",
 ]
 
 

@@ -1,0 +1,249 @@
+"""The graph benchmarks (geo_gnn: pna and dimenet; recursiongfn) run for real at tiny
+sizes and report through the data channel; their plain-torch graph code agrees with
+brute force.
+
+Each run checks: rate records in the benchmark's unit, finite losses, the counted FLOPs
+declaration, and the ``stop`` event (exact step counts, see conftest.bench_env)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from .conftest import BENCHMARKS, bench_env, run_with_pipe
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_geometric")
+
+GEO = BENCHMARKS / "geo_gnn"
+GFN = BENCHMARKS / "recursiongfn"
+STOP = 3
+
+
+def load(path: Path, name: str) -> ModuleType:
+    """Import one benchmark module by path, under a name that cannot collide."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_run(run, units: str) -> None:
+    assert run.returncode == 0, run.stderr[-3000:]
+    rates = run.rates()
+    assert len(rates) == STOP, (rates, run.stderr[-2000:])
+    assert all(r["units"] == units and r["rate"] > 0 for r in rates)
+    stops = run.events("stop")
+    assert len(stops) == 1 and stops[0]["$data"]["observations"] == STOP
+    losses = run.losses()
+    assert losses and all(math.isfinite(x) and x >= 0 for x in losses)
+    flops = [r for r in run.records if "flops_per_item" in r]
+    assert len(flops) == 1, flops
+    assert flops[0]["flops_source"] == "counted" and flops[0]["precision"] == "fp32"
+    assert flops[0]["flops_per_item"] > 1e4
+
+
+@pytest.mark.parametrize("folder", [GEO, GFN])
+def test_help_runs_without_orchestrator(folder, python):
+    result = run_with_pipe([python, "main.py", "--help"], bench_env(), folder, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout and result.records == []
+
+
+@pytest.fixture(scope="module")
+def molecules(tmp_path_factory) -> Path:
+    """300 molecules written by prepare.py (once for the module)."""
+    data = tmp_path_factory.mktemp("geo")
+    argv = [sys.executable, "prepare.py", "--data", str(data), "--num-samples", "300"]
+    first = run_with_pipe(argv + ["--model", "PNA"], bench_env(), GEO, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert (data / "molecules-300.pt").is_file() and (data / "molecules-300.done").is_file()
+    again = run_with_pipe(argv, bench_env(), GEO, timeout=120)
+    assert "already prepared" in again.stdout
+    return data
+
+
+def test_prepared_molecules_are_molecule_shaped(molecules):
+    mols = load(GEO / "molecules.py", "geo_molecules")
+    dataset = mols.MoleculeDataset(molecules / "molecules-300.pt")
+    assert len(dataset) == 300
+    sizes = [dataset[i].num_nodes for i in range(300)]
+    assert min(sizes) >= mols.MIN_ATOMS and max(sizes) <= mols.MAX_ATOMS
+    item = dataset[7]
+    assert item.x.shape == (item.num_nodes, mols.NUM_FEATURES) and item.pos.shape[1] == 3
+    # a tree of bonds, both directions, inside the molecule
+    assert item.edge_index.shape[1] == 2 * (item.num_nodes - 1)
+    assert int(item.edge_index.max()) < item.num_nodes
+    bonds = (item.pos[item.edge_index[0]] - item.pos[item.edge_index[1]]).norm(dim=1)
+    assert bool(((bonds > 1.19) & (bonds < 1.61)).all())
+    hist = dataset.in_degree_histogram()
+    assert int(hist.sum()) == sum(sizes) and int(hist[0]) == 0
+
+
+def test_pna_trains_on_prepared_molecules(molecules, python):
+    argv = [python, "main.py", "--model", "PNA", "--data", str(molecules)]
+    argv += ["--num-samples", "300", "--batch-size", "32", "--hidden", "8", "--layers", "2"]
+    argv += ["--num-workers", "1", "--device", "cpu", "--threads", "1"]
+    run = run_with_pipe(argv, bench_env(stop=STOP, skip=1), GEO)
+    check_run(run, "graphs/s")
+    assert "PNA" in run.stdout and "1 workers" in run.stdout
+
+
+def test_dimenet_trains_on_3d_molecules(molecules, python):
+    argv = [python, "main.py", "--model", "DimeNet", "--use3d", "--data", str(molecules)]
+    argv += ["--num-samples", "300", "--batch-size", "2", "--hidden", "8", "--layers", "1"]
+    argv += ["--num-workers", "0", "--device", "cpu", "--threads", "1"]
+    run = run_with_pipe(argv, bench_env(stop=STOP, skip=1), GEO)
+    check_run(run, "graphs/s")
+
+
+def test_dimenet_needs_3d_and_data(tmp_path, python):
+    run = run_with_pipe([python, "main.py", "--model", "DimeNet"], bench_env(), GEO, timeout=60)
+    assert run.returncode == 2 and "--use3d" in run.stderr
+    argv = [python, "main.py", "--data", str(tmp_path), "--num-samples", "5", "--device", "cpu"]
+    run = run_with_pipe(argv, bench_env(), GEO, timeout=60)
+    assert run.returncode != 0 and "prepare.py" in run.stderr
+
+
+def test_recursiongfn_trains_with_trajectory_balance(python):
+    argv = [python, "main.py", "--batch-size", "4", "--layer-width", "8", "--num-layers", "1"]
+    argv += ["--device", "cpu", "--threads", "1"]
+    run = run_with_pipe(argv, bench_env(stop=STOP, skip=1), GFN)
+    check_run(run, "trajectories/s")
+    assert all(r["rate"] < 1e5 for r in run.rates())
+
+
+# -- plain-torch graph operations --------------------------------------------------------
+
+
+def brute_radius(pos, batch, r, cap):
+    """(neighbour, centre) pairs: same graph, not itself, within r, lowest-numbered first."""
+    edges = []
+    for i in range(len(pos)):
+        near = [
+            j
+            for j in range(len(pos))
+            if j != i and batch[j] == batch[i] and float((pos[i] - pos[j]).pow(2).sum()) <= r * r
+        ]
+        edges += [(j, i) for j in (near if cap is None else near[:cap])]
+    return edges
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_radius_graph_matches_brute_force(cap):
+    geometry = load(GEO / "geometry.py", "geo_geometry")
+    gen = torch.Generator().manual_seed(3)
+    sizes = [5, 1, 7, 4]
+    pos = torch.rand(sum(sizes), 3, generator=gen) * 3.0
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    got = geometry.radius_graph(pos, r=1.6, batch=batch, max_num_neighbors=cap)
+    want = brute_radius(pos, batch, 1.6, cap)
+    assert want and [tuple(e) for e in got.t().tolist()] == want
+    flipped = geometry.radius_graph(pos, 1.6, batch, max_num_neighbors=cap, flow="target_to_source")
+    assert torch.equal(flipped, got.flip(0))
+    # one graph without a batch vector; loops on request
+    single = geometry.radius_graph(pos[:5], r=1.6, loop=True, max_num_neighbors=None)
+    assert {(i, i) for i in range(5)} <= {tuple(e) for e in single.t().tolist()}
+
+
+def test_triplets_match_brute_force():
+    geometry = load(GEO / "geometry.py", "geo_geometry")
+    gen = torch.Generator().manual_seed(5)
+    sizes = [6, 3, 5]
+    pos = torch.rand(sum(sizes), 3, generator=gen) * 2.5
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    edge_index = geometry.radius_graph(pos, r=1.5, batch=batch)
+    i, j, idx_i, idx_j, idx_k, idx_kj, idx_ji = geometry.triplets(edge_index, pos.size(0))
+    assert torch.equal(i, edge_index[1]) and torch.equal(j, edge_index[0])
+
+    edges = [tuple(e) for e in edge_index.t().tolist()]  # (source, target)
+    want = sorted(
+        (ti, tj, sk, f, e)
+        for e, (tj, ti) in enumerate(edges)
+        for f, (sk, target) in enumerate(edges)
+        if target == tj and sk != ti
+    )
+    got = sorted(
+        zip(
+            idx_i.tolist(),
+            idx_j.tolist(),
+            idx_k.tolist(),
+            idx_kj.tolist(),
+            idx_ji.tolist(),
+            strict=True,
+        )
+    )
+    assert want and got == want
+
+
+def test_dimenet_uses_the_plain_torch_ops():
+    pytest.importorskip("scipy")
+    geometry = load(GEO / "geometry.py", "geo_geometry")
+    from torch_geometric.nn.models import DimeNet, dimenet
+
+    geometry.use_plain_torch_graph_ops()
+    assert dimenet.radius_graph is geometry.radius_graph
+    assert dimenet.triplets is geometry.triplets
+    model = DimeNet(8, 1, 1, 2, 3, 3, cutoff=5.0, output_initializer="glorot_orthogonal")
+    gen = torch.Generator().manual_seed(7)
+    z = torch.randint(1, 10, (9,), generator=gen)
+    pos = torch.rand(9, 3, generator=gen) * 3
+    batch = torch.tensor([0] * 4 + [1] * 5)
+    out = model(z, pos, batch)
+    assert out.shape == (2, 1) and bool(torch.isfinite(out).all()) and bool(out.abs().sum() > 0)
+    # Rotation invariance: a property of DimeNet that wrong edges or triplets would break.
+    rotation, _ = torch.linalg.qr(torch.randn(3, 3, generator=gen))
+    assert torch.allclose(model(z, pos @ rotation.T, batch), out, atol=1e-4)
+
+
+# -- the GFlowNet environment ------------------------------------------------------------
+
+
+def test_graph_building_env_rules():
+    env_mod = load(GFN / "env.py", "gfn_env")
+    env = env_mod.GraphBuildingEnv(max_nodes=4, num_types=3, max_degree=2, max_steps=6)
+    assert env.num_actions == env_mod.action_dim(4, 3) == 1 + 3 + 12 + 6
+    s = env.empty(2)
+    legal = env.legal(s)
+    assert legal[:, 1:4].all() and legal.sum().item() == 6  # only a first node
+    s, stopped = env.step(s, torch.tensor([1, 3]))  # types 0 and 2
+    assert s.n.tolist() == [1, 1] and s.types[:, 0].tolist() == [0, 2] and not stopped.any()
+    # attach type 1 to node 0, twice: a path 1 - 0 - 2
+    attach = env.node_base + 0 * env.num_types + 1
+    s, _ = env.step(s, torch.tensor([attach, attach]))
+    s, _ = env.step(s, torch.tensor([attach, 0]))
+    assert s.n.tolist() == [3, 2]
+    assert env.log_backward(s, torch.tensor([False, False])).tolist() == pytest.approx(
+        [-math.log(2), -math.log(2)]
+    )
+    legal = env.legal(s)
+    assert not legal[0, env.node_base : env.node_base + 3].any()  # node 0 is at max degree
+    pair = [(a, b) for a, b in itertools.combinations(range(4), 2)].index((1, 2))
+    assert legal[0, env.edge_base + pair]  # close the triangle 0-1-2
+    s, _ = env.step(s, torch.tensor([env.edge_base + pair, 0]))
+    assert s.adj[0].sum().item() == 6 and torch.equal(s.adj, s.adj.transpose(1, 2))
+
+
+def test_random_rollouts_stay_legal():
+    env_mod = load(GFN / "env.py", "gfn_env")
+    env = env_mod.GraphBuildingEnv(max_nodes=5, num_types=4, max_degree=3, max_steps=8)
+    gen = torch.Generator().manual_seed(0)
+    s = env.empty(64)
+    done = torch.zeros(64, dtype=torch.bool)
+    for _ in range(env.max_steps + 1):
+        legal = env.legal(s)
+        assert legal.any(1).all()
+        scores = torch.rand(legal.shape, generator=gen).masked_fill(~legal, -1)
+        s, stopped = env.step(s, scores.argmax(1))
+        done |= stopped
+        assert (s.adj.sum(-1) <= env.max_degree).all() and (s.n <= env.max_nodes).all()
+        present = torch.arange(env.max_nodes) < s.n.unsqueeze(1)
+        assert torch.equal(s.types >= 0, present)
+    assert done.all()  # stop is forced after max_steps
