@@ -27,6 +27,7 @@ MAINS = [
     "llava",
     "geo_gnn",
     "recursiongfn",
+    "diffusion",
 ]
 
 
