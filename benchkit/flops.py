@@ -86,8 +86,9 @@ def count_flops(step: Callable[[], Any]) -> int:
     The step really runs: call it before the timed loop and clear the gradients after.
     The counting mode only looks at the operators dispatched (no module hooks, unlike
     ``FlopCounterMode``, whose module tracker breaks models with custom autograd
-    functions such as Reformer's reversible layers). Returns 0 when torch has no
-    formulas (then declare nothing)."""
+    functions such as Reformer's reversible layers). Under ``torch.inference_mode`` no
+    dispatch mode sees the operators: count inference under ``torch.no_grad``. Returns 0
+    when torch has no formulas or saw nothing (then nothing is declared)."""
     try:
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils.flop_counter import flop_registry

@@ -65,6 +65,11 @@ def requirement_names(path: Path) -> list[str]:
     return names
 
 
+def _canonical(name: str) -> str:
+    """PEP 503 normalised distribution name (``Pillow`` == ``pillow``, ``a_b`` == ``a-b``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def import_name(requirement: str) -> str:
     """Module name for a distribution name (``PyYAML`` -> ``yaml``)."""
     key = requirement.lower()
@@ -170,6 +175,21 @@ class BenchmarkPackage:
         A benchfile overrides this with a plain class attribute list.
         """
         return [import_name(n) for n in requirement_names(self.definition / "requirements.in")]
+
+    def key_imports_for(self, variant: str) -> list[str]:
+        """`key_imports` that the variant's pinned file installs: a variant may leave a
+        package out on purpose (the ``cpu`` pins of the vision folders have no
+        torchvision: PyPI's wheel is a CUDA build that fails at import next to the CPU
+        torch), and validating an import that was never installed would fail the group."""
+        pinned_file = Path(self.requirements_file(variant))
+        if type(self).key_imports is not BenchmarkPackage.key_imports or not pinned_file.is_file():
+            return list(self.key_imports)
+        pinned = {_canonical(n) for n in requirement_names(pinned_file)}
+        return [
+            import_name(n)
+            for n in requirement_names(self.definition / "requirements.in")
+            if _canonical(n) in pinned
+        ]
 
     # -- command line and environment ------------------------------------------------
     @property

@@ -234,7 +234,7 @@ def generate(args: argparse.Namespace, shape: dict, device: torch.device) -> Non
         flush=True,
     )
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: the FLOP counter sees nothing there
     def images(ids: torch.Tensor) -> torch.Tensor:
         with run.autocast():
             cond = text(ids)[0]

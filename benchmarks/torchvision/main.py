@@ -1,37 +1,57 @@
-"""Train a torchvision classification model (resnet50, convnext_large, ...) on GPU.
+"""Train an image classification model (torchvision's, timm's or a plain-torch ResNet)
+on a JPEG folder or on synthetic batches, on one device or data-parallel under torchrun.
 
-The standard suite's vision workloads. With ``--data`` (what ``prepare.py`` generates:
-an ImageNet-style JPEG folder), images go through torchvision's ``ImageFolder`` and the
-usual augmentation in a DataLoader with ``--num-workers`` processes; with
-``--synthetic-data`` (the ``-noio`` entries) random tensors are made on the device once
-and reused (``--fixed-batch``), so only the model is measured. Weights are random.
-Throughput: images/s, through `benchkit.timing.TimedIterator`.
+The standard suite's vision workloads: resnet50 (+ -noio), convnext_large in four
+precisions, regnet_y_128gf, focalnet (timm), resnet152-ddp-gpus. With ``--data`` (what
+``prepare.py`` generates: an ImageNet-style JPEG folder) images are decoded and cropped
+by DataLoader workers (`benchkit.vision.JpegFolder`: Pillow, random resized crop, flip);
+with ``--synthetic-data`` (the ``-noio`` entries) random batches are made on the device
+once (``--fixed-batch``: the same one forever). Weights are random. Throughput: images/s
+of the whole job, through `benchkit.timing.TimedIterator`.
 
+``--model-source``: ``torchvision`` (default) or ``timm`` build the model by name;
+``plain`` builds `benchkit.vision.plain_resnet` so that the same loader and training step
+run where torchvision or timm cannot be imported (the CPU smoke suite).
 ``--precision``: ``fp32`` (TF32 off), ``tf32``, ``fp16``/``bf16`` (autocast), and
 ``tf32-fp16`` (TF32 for what stays in fp32, fp16 autocast for the rest).
+Under torchrun (``WORLD_SIZE`` set) the model is wrapped in DistributedDataParallel over
+``--backend`` and each rank reads its shard of the folder.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import gc
+import os
 
 import torch
 import torch.nn.functional as F
 
 from benchkit.datasets import data_dir
+from benchkit.flops import count_and_declare
 from benchkit.timing import TimedIterator
-from benchkit.torchsetup import PRECISIONS, add_common_arguments, optimizer_step, setup
+from benchkit.torchsetup import (
+    PRECISIONS,
+    add_common_arguments,
+    default_device,
+    optimizer_step,
+    setup,
+)
+from benchkit.vision import SOURCES, build_model, epochs, jpeg_loader, normalise, synthetic_batches
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet50", help="any torchvision.models name")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--model", default="resnet50", help="a model name of --model-source")
+    parser.add_argument("--model-source", choices=SOURCES, default="torchvision")
+    parser.add_argument("--batch-size", type=int, default=64, help="per device")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--data", default=None, help="default: $MILABENCH_DIR_DATA/FakeImageNet")
     parser.add_argument("--synthetic-data", action="store_true")
+    # prepare.py's options (the same argv reaches both scripts): accepted, unused here
+    parser.add_argument("--images-per-class", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--source-size", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--fixed-batch", action="store_true", help="reuse one batch (with --synthetic-data)"
     )
@@ -39,78 +59,95 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=1000)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--backend", default=None, help="collectives under torchrun")
     parser.add_argument("--no-stdout", action="store_true", help="accepted for upstream suites")
     add_common_arguments(parser, precisions=[*PRECISIONS, "tf32-fp16"])
     return parser.parse_args(argv)
 
 
-def make_loader(args: argparse.Namespace, device: torch.device):
-    if args.synthetic_data:
-        gen = torch.Generator().manual_seed(args.seed)
-        images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=gen)
-        labels = torch.randint(0, args.classes, (args.batch_size,), generator=gen)
-        batch = (images.to(device), labels.to(device))
-        if args.fixed_batch:
-            return itertools.repeat(batch), 1
-        return (tuple(t.clone() for t in batch) for _ in itertools.count()), 1
-    from torchvision import datasets, transforms
+def setup_distributed(args: argparse.Namespace) -> tuple[torch.device, int, int]:
+    """This rank's device, rank and world size (0, 1 without torchrun)."""
+    kind = args.device or default_device()
+    if "WORLD_SIZE" not in os.environ:
+        return torch.device(kind), 0, 1
+    import torch.distributed as dist
 
-    normalize = transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
-    dataset = datasets.ImageFolder(
-        args.data or data_dir("FakeImageNet"),
-        transforms.Compose(
-            [
-                transforms.RandomResizedCrop(args.image_size),
-                transforms.RandomHorizontalFlip(),
-                transforms.ToTensor(),
-                normalize,
-            ]
-        ),
-    )
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=args.batch_size,
-        shuffle=True,
-        drop_last=True,
-        num_workers=args.num_workers,
-        pin_memory=device.type == "cuda",
-        persistent_workers=args.num_workers > 0,
-    )
-    return loader, args.epochs
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device(kind, local) if kind != "cpu" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend=args.backend or ("nccl" if device.type == "cuda" else "gloo"))
+    return device, dist.get_rank(), dist.get_world_size()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    import torchvision
-
-    run = setup(args, cudnn_benchmark=True)
-    device = run.device
-
-    model = torchvision.models.get_model(args.model, weights=None, num_classes=args.classes)
-    model = model.to(device)
+    device, rank, world = setup_distributed(args)
+    run = setup(args, device=device, cudnn_benchmark=True)
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
-    model = model.to(memory_format=memory_format)
+
+    model = build_model(args.model_source, args.model, args.classes)
+    model = model.to(device, memory_format=memory_format)
+    if args.synthetic_data:
+        batches = synthetic_batches(
+            args.batch_size, args.image_size, args.classes, args.seed + rank, device,
+            args.fixed_batch,
+        )  # fmt: skip
+    else:
+        loader = jpeg_loader(
+            args.data or data_dir("FakeImageNet"),
+            image_size=args.image_size,
+            batch_size=args.batch_size,
+            num_workers=args.num_workers,
+            rank=rank,
+            world=world,
+            seed=args.seed,
+        )
+        batches = epochs(loader, args.epochs)
+    if rank == 0:
+        print(
+            f"torchvision: {args.model_source} {args.model}, batch {args.batch_size} per "
+            f"device x {world}, {args.precision}, "
+            f"{'synthetic' if args.synthetic_data else 'jpeg'} data on {device}",
+            flush=True,
+        )
+
+    sample = synthetic_batches(2, args.image_size, args.classes, 0, device, True)
+    images, labels = next(sample)
+
+    def one_step() -> None:
+        with run.autocast():
+            F.cross_entropy(model(normalise(images, memory_format)), labels).backward()
+
+    # One counted forward + backward on 2 images of the plain module (no collective).
+    count_and_declare(one_step, 2, precision=args.precision)
+    model.zero_grad(set_to_none=True)
+    net = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
     scaler = run.grad_scaler()
-    batches, epochs = make_loader(args, device)
-    print(
-        f"torchvision: {args.model}, batch {args.batch_size}, {args.precision}, "
-        f"{'synthetic' if args.synthetic_data else 'jpeg'} data on {device}",
-        flush=True,
-    )
-
     timed = TimedIterator(batches, batch_size_fn=lambda b: len(b[1]), device=device)
-    model.train()
-    for _epoch in range(epochs):
+    net.train()
+    try:
         for images, labels in timed:
-            images = images.to(device, non_blocking=True).contiguous(memory_format=memory_format)
+            images = normalise(images.to(device, non_blocking=True), memory_format)
             labels = labels.to(device, non_blocking=True)
             with run.autocast():
-                loss = F.cross_entropy(model(images), labels)
+                loss = F.cross_entropy(net(images), labels)
             optimizer_step(loss, opt, scaler)
             timed.record_loss(loss)
-        if timed.done:
-            break
+    finally:
+        net = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            gc.collect()
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":

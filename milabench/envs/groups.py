@@ -105,7 +105,7 @@ def build_groups(
         group.entries.append(entry)
         pack = load_pack(entry, system)
         definition = str(Path(pack.definition).resolve())
-        for module in pack.key_imports:
+        for module in pack.key_imports_for(variant):
             if module not in group.key_imports:
                 group.key_imports.append(module)
         if pack.voirfile is not None:

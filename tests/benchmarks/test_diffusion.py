@@ -50,6 +50,7 @@ def test_generate(python):
     )  # fmt: skip
     check_budget(run, 3, "items/s", loss=False)
     assert "2 steps, guidance 7.5" in run.stdout
+    assert [r["flops_source"] for r in run.records if "flops_per_item" in r] == ["counted"]
 
 
 def test_frozen_networks_stay_frozen():

@@ -28,6 +28,7 @@ MAINS = [
     "geo_gnn",
     "recursiongfn",
     "diffusion",
+    "lightning",
 ]
 
 
