@@ -29,6 +29,8 @@ MAINS = [
     "recursiongfn",
     "diffusion",
     "lightning",
+    "dinov2",
+    "vjepa",
 ]
 
 
