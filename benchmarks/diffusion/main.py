@@ -215,7 +215,7 @@ def train(args: argparse.Namespace, shape: dict, device: torch.device, rank: int
             timed.record_loss(loss)
     finally:
         model = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
-        teardown()
+        teardown_distributed()
 
 
 def generate(args: argparse.Namespace, shape: dict, device: torch.device) -> None:
@@ -257,7 +257,7 @@ def generate(args: argparse.Namespace, shape: dict, device: torch.device) -> Non
         assert out.shape[-1] == shape["image"]
 
 
-def teardown() -> None:
+def teardown_distributed() -> None:
     """Destroy the process group on every exit path (after DDP's reducer is gone)."""
     import torch.distributed as dist
 

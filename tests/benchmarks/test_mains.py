@@ -31,6 +31,7 @@ MAINS = [
     "lightning",
     "dinov2",
     "vjepa",
+    "purejaxrl",
 ]
 
 
@@ -319,7 +320,8 @@ def test_every_distributed_benchmark_destroys_its_group():
         names = {getattr(c.func, "attr", getattr(c.func, "id", None)) for c in in_finally}
         destroyers = {"destroy_process_group", "teardown_distributed"}
         assert names & destroyers, f"{main}: no destroy_process_group in a finally block"
-    assert {"ddp", "llm"} <= set(users)
+    distributed = {"ddp", "llm", "torchvision", "diffusion", "dinov2", "vjepa", "rlhf", "llava"}
+    assert distributed <= set(users)
 
 
 @pytest.mark.slow

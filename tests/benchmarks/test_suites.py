@@ -172,8 +172,10 @@ def test_folder_contract(folder):
         assert (path / name).is_file(), f"{folder}/{name}"
     cpu = (path / "requirements.cpu.txt").read_text()
     cuda = (path / "requirements.cuda.txt").read_text()
-    assert "\ntorch==2.13.0+cpu\n" in cpu
-    assert "\ntorch==2.13.0\n" in cuda and "nvidia-ml-py==" in cuda
+    if "torch" in (path / "requirements.in").read_text().split():  # not the JAX folder
+        assert "\ntorch==2.13.0+cpu\n" in cpu
+        assert "\ntorch==2.13.0\n" in cuda
+    assert "nvidia-ml-py==" in cuda
     pins = [line for line in cpu.splitlines() if line and not line.startswith((" ", "#"))]
     assert all("==" in line for line in pins), pins
 
