@@ -298,3 +298,20 @@ def prepare_image_folder(
         per_class=args.images_per_class,
         size=args.size,
     )
+
+
+def prepare_fake_imagenet(argv: list[str] | None, bench: str) -> None:
+    """``prepare.py`` of the benchmarks that train on ``$MILABENCH_DIR_DATA/FakeImageNet``
+    (torchvision, lightning, dinov2): one folder, one layout (1000 classes x 16 JPEGs of
+    256 px unless ``--classes``, ``--images-per-class``, ``--source-size`` say otherwise),
+    so the entries that share it prepare it once."""
+    prepare_image_folder(
+        argv,
+        bench=bench,
+        description=f"Generate the ImageNet-style JPEG folder of the {bench} entries",
+        folder="FakeImageNet",
+        classes=1000,
+        per_class=16,
+        size_option="--source-size",
+        size=256,
+    )

@@ -110,3 +110,48 @@ def optimizer_step(loss: Any, opt: Any, scaler: Any) -> None:
     scaler.scale(loss).backward()
     scaler.step(opt)
     scaler.update()
+
+
+def init_distributed(args: argparse.Namespace) -> tuple[Any, int, int]:
+    """This process's device, rank and world size; under torchrun (``WORLD_SIZE`` set) it
+    also joins the process group over ``args.backend`` (default: nccl on CUDA, else gloo).
+
+    One copy for every distributed benchmark: each rank takes the GPU of its
+    ``LOCAL_RANK``; CPU ranks share the machine's cores (``args.threads`` defaults to
+    cores / local ranks, so that two ranks do not oversubscribe them). Pair it with
+    `teardown_distributed` in a ``finally``. Without torchrun: ``(device, 0, 1)``."""
+    import os
+
+    import torch
+
+    kind = getattr(args, "device", None) or default_device()
+    if "WORLD_SIZE" not in os.environ:
+        return torch.device(kind), 0, 1
+    import torch.distributed as dist
+
+    if kind == "cpu":
+        device = torch.device("cpu")
+        if not getattr(args, "threads", None):
+            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+            args.threads = max(1, (os.cpu_count() or 1) // local_world)
+    else:
+        device = torch.device(kind, int(os.environ.get("LOCAL_RANK", 0)))
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        backend = getattr(args, "backend", None) or ("nccl" if kind == "cuda" else "gloo")
+        dist.init_process_group(backend=backend)
+    return device, dist.get_rank(), dist.get_world_size()
+
+
+def teardown_distributed() -> None:
+    """Destroy the process group on every exit path (call it in a ``finally``, after
+    dropping DDP wrappers: a group destroyed under a live reducer can abort the process at
+    exit under load). A group left to interpreter exit can hang (NCCL) or abort (gloo)."""
+    import gc
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        gc.collect()
+        dist.destroy_process_group()

@@ -231,3 +231,35 @@ def plain_resnet(name: str, classes: int) -> Any:
             cin = cout
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
     return nn.Sequential(*layers)
+
+
+def image_batches(
+    args: Any,
+    *,
+    device: Any,
+    rank: int = 0,
+    world: int = 1,
+    image_size: int | None = None,
+    folder: str = "FakeImageNet",
+) -> Any:
+    """The batches of an image benchmark from its options: synthetic ones made on
+    ``device`` (``--synthetic-data``, ``--fixed-batch``) or this rank's share of the JPEG
+    folder (``--data``, default ``$MILABENCH_DIR_DATA/FakeImageNet``) for ``--epochs``."""
+    from benchkit.datasets import data_dir
+
+    size = image_size or args.image_size
+    if getattr(args, "synthetic_data", False):
+        return synthetic_batches(
+            args.batch_size, size, getattr(args, "classes", 10), args.seed + rank, device,
+            getattr(args, "fixed_batch", False),
+        )  # fmt: skip
+    loader = jpeg_loader(
+        args.data or data_dir(folder),
+        image_size=size,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        rank=rank,
+        world=world,
+        seed=args.seed,
+    )
+    return epochs(loader, getattr(args, "epochs", 100_000))

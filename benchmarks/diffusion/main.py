@@ -25,9 +25,7 @@ Under torchrun the UNet trains data-parallel (DDP) and rank 0 reports the global
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
-import os
 from typing import Any
 
 import torch
@@ -35,7 +33,14 @@ import torch.nn.functional as F
 
 from benchkit.flops import count_and_declare
 from benchkit.timing import TimedIterator
-from benchkit.torchsetup import PRECISIONS, add_common_arguments, default_device, setup
+from benchkit.torchsetup import (
+    PRECISIONS,
+    add_common_arguments,
+    default_device,
+    init_distributed,
+    setup,
+    teardown_distributed,
+)
 
 SD15 = {
     "unet": dict(
@@ -129,20 +134,6 @@ def build(shape: dict, device: torch.device) -> tuple[Any, Any, Any]:
     vae = AutoencoderKL(**shape["vae"]).to(device).eval().requires_grad_(False)
     text = CLIPTextModel(CLIPTextConfig(**shape["clip"])).to(device).eval().requires_grad_(False)
     return unet, text, vae
-
-
-def setup_distributed(args: argparse.Namespace) -> tuple[torch.device, int, int]:
-    kind = args.device or default_device()
-    if "WORLD_SIZE" not in os.environ:
-        return torch.device(kind), 0, 1
-    import torch.distributed as dist
-
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device(kind, local) if kind != "cpu" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend=args.backend or ("nccl" if device.type == "cuda" else "gloo"))
-    return device, dist.get_rank(), dist.get_world_size()
 
 
 def batches(args: argparse.Namespace, shape: dict, device: torch.device, rank: int):
@@ -257,22 +248,13 @@ def generate(args: argparse.Namespace, shape: dict, device: torch.device) -> Non
         assert out.shape[-1] == shape["image"]
 
 
-def teardown_distributed() -> None:
-    """Destroy the process group on every exit path (after DDP's reducer is gone)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        gc.collect()
-        dist.destroy_process_group()
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     shape = SD15 if args.size == "sd15" else TINY
     if args.task == "generate":
         generate(args, shape, torch.device(args.device or default_device()))
         return
-    device, rank, world = setup_distributed(args)
+    device, rank, world = init_distributed(args)
     train(args, shape, device, rank, world)
 
 

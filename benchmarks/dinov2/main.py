@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gc
-import os
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare
 from benchkit.timing import TimedIterator
-from benchkit.torchsetup import PRECISIONS, add_common_arguments, default_device, setup
-from benchkit.vision import epochs, jpeg_loader, normalise, synthetic_batches
+from benchkit.torchsetup import (
+    PRECISIONS,
+    add_common_arguments,
+    init_distributed,
+    setup,
+    teardown_distributed,
+)
+from benchkit.vision import image_batches, normalise, synthetic_batches
 from benchkit.vit import ARCHES, build_vit, ema_update
 
 
@@ -116,38 +119,16 @@ def dino_loss(student: list, teacher: list, center: torch.Tensor) -> torch.Tenso
     return total / pairs
 
 
-def setup_distributed(args: argparse.Namespace) -> tuple[torch.device, int, int]:
-    kind = args.device or default_device()
-    if "WORLD_SIZE" not in os.environ:
-        return torch.device(kind), 0, 1
-    import torch.distributed as dist
-
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device(kind, local) if kind != "cpu" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend=args.backend or ("nccl" if device.type == "cuda" else "gloo"))
-    return device, dist.get_rank(), dist.get_world_size()
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device, rank, world = setup_distributed(args)
+    device, rank, world = init_distributed(args)
     run = setup(args, device=device)
     student = Dino(args).to(device)
     teacher = copy.deepcopy(student).requires_grad_(False)
     center = torch.zeros(1, args.prototypes, device=device)
-    if args.synthetic_data:
-        batches = synthetic_batches(
-            args.batch_size, args.global_size, 10, args.seed + rank, device, False
-        )
-    else:
-        loader = jpeg_loader(
-            args.data or data_dir("FakeImageNet"), image_size=args.global_size,
-            batch_size=args.batch_size, num_workers=args.num_workers, rank=rank, world=world,
-            seed=args.seed,
-        )  # fmt: skip
-        batches = epochs(loader, 100_000)
+    batches = image_batches(
+        args, device=device, rank=rank, world=world, image_size=args.global_size
+    )
     if rank == 0:
         n = sum(p.numel() for p in student.backbone.parameters())
         print(
@@ -193,11 +174,7 @@ def main(argv: list[str] | None = None) -> None:
             timed.record_loss(loss)
     finally:
         net = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            gc.collect()
-            dist.destroy_process_group()
+        teardown_distributed()
 
 
 if __name__ == "__main__":

@@ -25,11 +25,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import PRECISIONS, add_common_arguments, default_device, setup
-from benchkit.vision import SOURCES, build_model, epochs, jpeg_loader, normalise, synthetic_batches
+from benchkit.vision import SOURCES, build_model, image_batches, normalise, synthetic_batches
 
 LIGHTNING_PRECISION = {
     "fp32": "32-true",
@@ -104,21 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     run = setup(args, device=device or torch.device("cpu"))
 
     model = build_model(args.model_source, args.model, args.classes)
-    if args.synthetic_data:
-        batches = synthetic_batches(
-            args.batch_size, args.image_size, args.classes, args.seed + rank, "cpu", False
-        )
-    else:
-        loader = jpeg_loader(
-            args.data or data_dir("FakeImageNet"),
-            image_size=args.image_size,
-            batch_size=args.batch_size,
-            num_workers=args.num_workers,
-            rank=rank,
-            world=world,
-            seed=args.seed,
-        )
-        batches = epochs(loader, args.epochs)
+    batches = image_batches(args, device="cpu", rank=rank, world=world)  # moved by Lightning
     images, labels = next(synthetic_batches(2, args.image_size, args.classes, 0, "cpu", True))
 
     def one_step() -> None:

@@ -5,21 +5,7 @@ Gets the same argv as main.py; entries with ``--synthetic-data`` need nothing.
 
 from __future__ import annotations
 
-from benchkit.datasets import prepare_image_folder
-
-
-def main(argv: list[str] | None = None) -> None:
-    prepare_image_folder(
-        argv,
-        bench="lightning",
-        description=__doc__.splitlines()[0],
-        folder="FakeImageNet",
-        classes=1000,
-        per_class=16,
-        size_option="--source-size",
-        size=256,
-    )
-
+from benchkit.datasets import prepare_fake_imagenet
 
 if __name__ == "__main__":
-    main()
+    prepare_fake_imagenet(None, "lightning")

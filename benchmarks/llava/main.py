@@ -19,7 +19,6 @@ Runs by hand too: ``python prepare.py --size tiny && python main.py --size tiny
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +29,7 @@ from shapes import SIZES, Shape, data_folder
 from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare, declare_flops
 from benchkit.timing import TimedIterator
-from benchkit.torchsetup import add_common_arguments, default_device, setup
+from benchkit.torchsetup import add_common_arguments, init_distributed, setup, teardown_distributed
 
 # CLIP's image normalisation (what the CLIP image processor applies).
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -186,29 +185,6 @@ def analytic_flops(shape: Shape, text_len: int, *, attention: bool = True) -> fl
     return float(forward + backward)
 
 
-def setup_distributed(args: argparse.Namespace) -> tuple[torch.device, int, int]:
-    """Join the process group when launched by torchrun; pick this rank's device."""
-    import torch.distributed as dist
-
-    device_type = args.device or default_device()
-    if device_type == "cpu":
-        if "WORLD_SIZE" in os.environ and not args.threads:
-            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-            args.threads = max(1, (os.cpu_count() or 1) // local_world)
-        device = torch.device("cpu")
-    else:
-        device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", 0)))
-        if device_type == "cuda":
-            torch.cuda.set_device(device)
-    if "WORLD_SIZE" in os.environ and not dist.is_initialized():
-        dist.init_process_group(
-            backend=args.backend or ("nccl" if device_type == "cuda" else "gloo")
-        )
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    return device, rank, world
-
-
 def make_loader(
     args: argparse.Namespace, shape: Shape, rank: int, world: int
 ) -> tuple[torch.utils.data.DataLoader, str]:
@@ -264,7 +240,7 @@ def data_parallel(model: torch.nn.Module, device: torch.device) -> torch.nn.Modu
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device, rank, world = setup_distributed(args)
+    device, rank, world = init_distributed(args)
     try:  # from here on, the process group is destroyed on every exit path
         setup(args, device=device)  # seed, threads, TF32 flags; no autocast (weights in dtype)
         dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
@@ -320,15 +296,6 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         model = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
         teardown_distributed()
-
-
-def teardown_distributed() -> None:
-    """Destroy the process group on every exit path (see benchmarks/ddp)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        gc.collect()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

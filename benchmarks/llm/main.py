@@ -24,7 +24,6 @@ Runs by hand too: ``python main.py --size tiny``.
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import os
 
@@ -32,7 +31,7 @@ import torch
 
 from benchkit.flops import declare_flops
 from benchkit.timing import TimedIterator
-from benchkit.torchsetup import add_common_arguments, default_device, setup
+from benchkit.torchsetup import add_common_arguments, init_distributed, setup, teardown_distributed
 
 SIZES = {
     # name: (hidden, layers, heads, kv heads, intermediate, vocab)
@@ -65,20 +64,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cpu-offload", action="store_true", help="FSDP shards in host memory")
     add_common_arguments(parser, default_precision="bf16")
     return parser.parse_args(argv)
-
-
-def setup_distributed(args: argparse.Namespace, device_type: str) -> tuple[torch.device, int]:
-    """This rank's device, and the rank (0 when not launched by torchrun)."""
-    if "WORLD_SIZE" not in os.environ:
-        return torch.device(device_type), 0
-    import torch.distributed as dist
-
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device(device_type, local_rank) if device_type != "cpu" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend=args.backend or ("nccl" if device.type == "cuda" else "gloo"))
-    return device, dist.get_rank()
 
 
 def make_model(size: str, seq_len: int):
@@ -146,7 +131,7 @@ def step_flops(model, tokens: int, lora: bool) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device, rank = setup_distributed(args, args.device or default_device())
+    device, rank, _world = init_distributed(args)
     run = setup(args, device=device)
     distributed = "WORLD_SIZE" in os.environ
 
@@ -217,16 +202,6 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         model = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
         teardown_distributed()
-
-
-def teardown_distributed() -> None:
-    """Destroy the process group on every exit path: a group left to interpreter exit can
-    hang or abort the process (NCCL, gloo under load)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        gc.collect()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

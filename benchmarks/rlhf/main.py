@@ -32,9 +32,7 @@ Runs by hand too: ``python main.py --size tiny --precision fp32``.
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +41,13 @@ from torch import nn
 
 from benchkit.flops import declare_flops
 from benchkit.timing import TimedIterator
-from benchkit.torchsetup import add_common_arguments, default_device, optimizer_step, setup
+from benchkit.torchsetup import (
+    add_common_arguments,
+    init_distributed,
+    optimizer_step,
+    setup,
+    teardown_distributed,
+)
 
 SIZES = {
     # name: (hidden, layers, heads, intermediate, vocab)
@@ -309,31 +313,6 @@ def flops_per_sequence(config: Any, args: argparse.Namespace, *, attention: bool
     return rollout_flops + args.ppo_epochs * 3 * (policy + value)
 
 
-def setup_distributed(args: argparse.Namespace) -> tuple[torch.device, int, int]:
-    """Join the process group when launched by torchrun; pick this rank's device."""
-    import torch.distributed as dist
-
-    device_type = args.device or default_device()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if device_type == "cpu":
-        if "WORLD_SIZE" in os.environ and not args.threads:
-            # Ranks share the CPUs: do not oversubscribe them.
-            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-            args.threads = max(1, (os.cpu_count() or 1) // local_world)
-        device = torch.device("cpu")
-    else:
-        device = torch.device(device_type, local_rank)
-        if device_type == "cuda":
-            torch.cuda.set_device(device)
-    if "WORLD_SIZE" in os.environ and not dist.is_initialized():
-        dist.init_process_group(
-            backend=args.backend or ("nccl" if device_type == "cuda" else "gloo")
-        )
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    return device, rank, world
-
-
 def prompt_pool(args: argparse.Namespace, vocab: int, rank: int, device: torch.device):
     """A few batches of random prompts, different on every rank (tokenising a prompt
     data set is not part of what trl's step measures either)."""
@@ -359,7 +338,7 @@ def describe(args: argparse.Namespace, models: Models, world: int, device: torch
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device, rank, world = setup_distributed(args)
+    device, rank, world = init_distributed(args)
     try:  # from here on, the process group is destroyed on every exit path
         run = setup(args, device=device)  # same seed on every rank: the same initial weights
         torch.manual_seed(args.seed + rank)  # ... then different sampling per rank
@@ -394,16 +373,6 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         models = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
         teardown_distributed()
-
-
-def teardown_distributed() -> None:
-    """Destroy the process group on every exit path: a group left to interpreter exit can
-    hang or abort the process (NCCL, gloo under load)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        gc.collect()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -21,23 +21,21 @@ Under torchrun (``WORLD_SIZE`` set) the model is wrapped in DistributedDataParal
 from __future__ import annotations
 
 import argparse
-import gc
-import os
 
 import torch
 import torch.nn.functional as F
 
-from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import (
     PRECISIONS,
     add_common_arguments,
-    default_device,
+    init_distributed,
     optimizer_step,
     setup,
+    teardown_distributed,
 )
-from benchkit.vision import SOURCES, build_model, epochs, jpeg_loader, normalise, synthetic_batches
+from benchkit.vision import SOURCES, build_model, image_batches, normalise, synthetic_batches
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -65,45 +63,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def setup_distributed(args: argparse.Namespace) -> tuple[torch.device, int, int]:
-    """This rank's device, rank and world size (0, 1 without torchrun)."""
-    kind = args.device or default_device()
-    if "WORLD_SIZE" not in os.environ:
-        return torch.device(kind), 0, 1
-    import torch.distributed as dist
-
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device(kind, local) if kind != "cpu" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend=args.backend or ("nccl" if device.type == "cuda" else "gloo"))
-    return device, dist.get_rank(), dist.get_world_size()
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device, rank, world = setup_distributed(args)
+    device, rank, world = init_distributed(args)
     run = setup(args, device=device, cudnn_benchmark=True)
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
 
     model = build_model(args.model_source, args.model, args.classes)
     model = model.to(device, memory_format=memory_format)
-    if args.synthetic_data:
-        batches = synthetic_batches(
-            args.batch_size, args.image_size, args.classes, args.seed + rank, device,
-            args.fixed_batch,
-        )  # fmt: skip
-    else:
-        loader = jpeg_loader(
-            args.data or data_dir("FakeImageNet"),
-            image_size=args.image_size,
-            batch_size=args.batch_size,
-            num_workers=args.num_workers,
-            rank=rank,
-            world=world,
-            seed=args.seed,
-        )
-        batches = epochs(loader, args.epochs)
+    batches = image_batches(args, device=device, rank=rank, world=world)
     if rank == 0:
         print(
             f"torchvision: {args.model_source} {args.model}, batch {args.batch_size} per "
@@ -143,11 +111,7 @@ def main(argv: list[str] | None = None) -> None:
             timed.record_loss(loss)
     finally:
         net = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            gc.collect()
-            dist.destroy_process_group()
+        teardown_distributed()
 
 
 if __name__ == "__main__":

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gc
-import os
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +30,13 @@ from torch import nn
 from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare
 from benchkit.timing import TimedIterator
-from benchkit.torchsetup import PRECISIONS, add_common_arguments, default_device, setup
+from benchkit.torchsetup import (
+    PRECISIONS,
+    add_common_arguments,
+    init_distributed,
+    setup,
+    teardown_distributed,
+)
 from benchkit.vision import MEAN, STD
 from benchkit.vit import ARCHES, build_vit, ema_update
 
@@ -116,23 +120,9 @@ def block_mask(t: int, h: int, w: int, blocks: int, gen: torch.Generator) -> tup
     return index[~grid], index[grid]
 
 
-def setup_distributed(args: argparse.Namespace) -> tuple[torch.device, int, int]:
-    kind = args.device or default_device()
-    if "WORLD_SIZE" not in os.environ:
-        return torch.device(kind), 0, 1
-    import torch.distributed as dist
-
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device(kind, local) if kind != "cpu" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend=args.backend or ("nccl" if device.type == "cuda" else "gloo"))
-    return device, dist.get_rank(), dist.get_world_size()
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device, rank, world = setup_distributed(args)
+    device, rank, world = init_distributed(args)
     run = setup(args, device=device)
     grid = (
         args.frames // args.tubelet,
@@ -212,11 +202,7 @@ def main(argv: list[str] | None = None) -> None:
             timed.record_loss(loss)
     finally:
         enc = pred = opt = timed = None  # noqa: F841 - DDP's reducers go before the group
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            gc.collect()
-            dist.destroy_process_group()
+        teardown_distributed()
 
 
 if __name__ == "__main__":
