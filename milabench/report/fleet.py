@@ -11,8 +11,8 @@ says which nodes a cluster admin should look at, and why:
   `milabench report` says of that folder; nothing here re-derives the success rule.
 * `build_fleet_report(data, thresholds, baseline) -> FleetReport`: the benchmarks x nodes
   table (each rate relative to the fleet median of its benchmark) and the flags: slow
-  (`check_slow`: robust MAD rule with a minimum gap, the node's own interval must not
-  reach the median), failed, environment differs (`compare_environments`), below baseline.
+  (`check_slow`: robust MAD rule with a minimum gap, the spread being that of the other
+  nodes (`spread_without`), the node's own interval must not reach the median), failed, environment differs (`compare_environments`), below baseline.
 * `write_baseline` / `load_baseline`: expected rate per benchmark per hardware model.
 * `render_fleet(report, fmt)`: text, markdown, json, html (`render_fleet.py`).
 
@@ -23,8 +23,8 @@ need.
 
 Why a robust rule: a fleet is mostly identical machines with a few bad ones, so the median
 is the reference (a slow node cannot drag it) and the median absolute deviation is the
-spread (one outlier cannot inflate it and hide itself); docs/fleet.md justifies the
-defaults. A user error (unreadable or newer fleet.json, bad baseline file, bad option) is
+spread (one outlier cannot inflate it and hide itself), each node being held to the
+spread of the *others*; docs/fleet.md justifies the defaults. A user error (unreadable or newer fleet.json, bad baseline file, bad option) is
 one `UsageError` line; a broken node is a flag, never a traceback.
 """
 
@@ -274,6 +274,18 @@ def slow_threshold(median: float, mad: float, *, mad_k: float, min_gap: float) -
     return max(mad_k * MAD_SCALE * mad, min_gap * median)
 
 
+def spread_without(values: dict[str, float], name: str) -> tuple[float, int]:
+    """The MAD of every value but ``name``'s, and how many values that is.
+
+    Why leave the judged node out: with few nodes, the MAD of all of them is set by the
+    healthy ones' own differences *and* grows with the slow one's, so a slow node widens
+    its own allowance (three nodes at 0.035, 0.041 and 0.013 Tflops gave an allowed gap of
+    77%: the 0.37x node passed). The others are the reference a node is held to.
+    """
+    others = [v for n, v in values.items() if n != name]
+    return median_abs_deviation(others), len(others)
+
+
 def check_slow(
     rate: float,
     ci_high: float | None,
@@ -282,10 +294,12 @@ def check_slow(
     *,
     mad_k: float = DEFAULT_MAD_K,
     min_gap: float = DEFAULT_MIN_GAP,
+    others: int = 0,
 ) -> SlowCheck:
     """Slow when ``median - rate > max(mad_k x 1.4826 x MAD, min_gap x median)`` and the
     value's own 95% interval stays below the median (``ci_high < median``). Without an
-    interval (a single observation) only the gap decides; the reason says so."""
+    interval (a single observation) only the gap decides; the reason says so. ``mad`` is
+    the spread of the other nodes (`spread_without`), ``others`` their number."""
     gap = median - rate
     mad_term = mad_k * MAD_SCALE * mad
     threshold = max(mad_term, min_gap * median)
@@ -295,6 +309,8 @@ def check_slow(
         slow=beyond and not ci_reaches,
         gap=gap,
         threshold=threshold,
+        mad=mad,
+        others=others,
         by_mad=mad_term > min_gap * median,
         beyond=beyond,
         ci_reaches=ci_reaches,
@@ -415,7 +431,6 @@ def _bench_row(
     values = [c.rate for c in measured.values()]
     row.median = statistics.median(values)
     row.mad = median_abs_deviation(values)
-    row.threshold = slow_threshold(row.median, row.mad, mad_k=th.mad_k, min_gap=th.min_gap)
     row.relative = {n: c.rate / row.median for n, c in measured.items()}
     row.compared = len(measured) >= MIN_NODES
     if not row.compared:
@@ -424,9 +439,17 @@ def _bench_row(
             f"rate ({MIN_NODES} are needed for a median and a spread); baselines still apply"
         )
         return row
+    rates = {n: c.rate for n, c in measured.items()}
     for node_name, cell in measured.items():
+        mad, others = spread_without(rates, node_name)
         check = check_slow(
-            cell.rate, cell.ci_high, row.median, row.mad, mad_k=th.mad_k, min_gap=th.min_gap
+            cell.rate,
+            cell.ci_high,
+            row.median,
+            mad,
+            mad_k=th.mad_k,
+            min_gap=th.min_gap,
+            others=others,
         )
         row.slow[node_name] = check
         if check.slow:
@@ -440,12 +463,13 @@ def _bench_row(
     return row
 
 
-def _threshold_words(median: float, mad: float, threshold: float, th: FleetThresholds) -> str:
+def _threshold_words(median: float, check: SlowCheck, th: FleetThresholds) -> str:
     """How the allowed gap was set, for the reason sentences."""
-    mad_term = th.mad_k * MAD_SCALE * mad
+    mad_term = th.mad_k * MAD_SCALE * check.mad
     return (
-        f"the allowed gap is {_pct(threshold / median)}, the larger of --min-gap "
-        f"{_pct(th.min_gap)} and {th.mad_k:g} x 1.4826 x MAD = {_pct(mad_term / median)}"
+        f"the allowed gap is {_pct(check.threshold / median)}, the larger of --min-gap "
+        f"{_pct(th.min_gap)} and {th.mad_k:g} x 1.4826 x MAD of the other {check.others} "
+        f"nodes = {_pct(mad_term / median)}"
     )
 
 
@@ -455,8 +479,7 @@ def _slow_reason(row: BenchRow, cell: BenchCell, check: SlowCheck, th: FleetThre
     text = (
         f"{fmt_sig(cell.rate)}{_units(row.units)} is {ratio:.2f}x the fleet median "
         f"({fmt_sig(row.median)}{_units(row.units)} over {row.reporting} nodes): "
-        f"{_pct(check.gap / row.median)} slower; "
-        + _threshold_words(row.median, row.mad, check.threshold, th)
+        f"{_pct(check.gap / row.median)} slower; " + _threshold_words(row.median, check, th)
     )
     if check.ci_known:
         text += (
@@ -540,19 +563,18 @@ def _summary(
     vals = list(values.values())
     summary.median = statistics.median(vals)
     summary.mad = median_abs_deviation(vals)
-    summary.threshold = slow_threshold(
-        summary.median, summary.mad, mad_k=th.mad_k, min_gap=th.min_gap
-    )
     slow_nodes = {f.node for f in flags if f.kind == SLOW}
     for name, g in values.items():
         hw = halfwidths[name]
+        mad, others = spread_without(values, name)
         check = check_slow(
             g,
             None if hw is None else g * (1 + hw),
             summary.median,
-            summary.mad,
+            mad,
             mad_k=th.mad_k,
             min_gap=th.min_gap,
+            others=others,
         )
         summary.slow[name] = check
         if check.slow and name not in slow_nodes:
@@ -564,8 +586,7 @@ def _summary(
                     f"over its {counts[name]} compared benchmarks it runs at {g:.2f}x the fleet "
                     f"(geometric mean of rate / median; fleet median of that mean "
                     f"{summary.median:.2f}x): no single benchmark is beyond its threshold, "
-                    "but together they are; "
-                    + _threshold_words(summary.median, summary.mad, check.threshold, th),
+                    "but together they are; " + _threshold_words(summary.median, check, th),
                 )
             )
     return summary
@@ -898,5 +919,6 @@ __all__ = [
     "median_abs_deviation",
     "render_fleet",
     "slow_threshold",
+    "spread_without",
     "write_baseline",
 ]

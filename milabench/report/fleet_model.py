@@ -213,6 +213,8 @@ class SlowCheck:
     slow: bool
     gap: float  # median - rate: positive when below the median
     threshold: float  # slow_threshold(...)
+    mad: float  # the spread it used: MAD of the *other* nodes' values (spread_without)
+    others: int  # how many other nodes that spread came from
     by_mad: bool  # the MAD term set the threshold (else the minimum gap did)
     beyond: bool  # gap > threshold
     ci_reaches: bool  # the value's 95% interval reaches the median: noise, not flagged
@@ -239,19 +241,17 @@ class BenchRow:
     cells: dict[str, BenchCell]  # node -> cell (nodes without a file for it included)
     reporting: int = 0  # nodes with a rate
     median: float | None = None
-    mad: float | None = None
-    threshold: float | None = None  # absolute allowed gap
+    mad: float | None = None  # over every reporting node (shown as the row's spread)
     compared: bool = False  # at least MIN_NODES nodes reported a rate
     relative: dict[str, float] = field(default_factory=dict)  # node -> rate / median
     slow: dict[str, SlowCheck] = field(default_factory=dict)  # node -> rule applied
     baseline: dict[str, float] = field(default_factory=dict)  # node -> expected rate
 
     @property
-    def min_gap_fraction(self) -> float | None:
-        """The allowed gap as a fraction of the median."""
-        if self.threshold is None or not self.median:
-            return None
-        return self.threshold / self.median
+    def allowed_gaps(self) -> tuple[float, float] | None:
+        """The smallest and largest allowed gap over the nodes, as fractions of the median
+        (each node's spread is that of the others, so the gap differs per node)."""
+        return allowed_gaps(self.median, self.slow)
 
 
 @dataclass
@@ -263,9 +263,22 @@ class SummaryRow:
     counts: dict[str, int]  # node -> benchmarks in its mean
     median: float | None = None
     mad: float | None = None
-    threshold: float | None = None
     compared: bool = False
     slow: dict[str, SlowCheck] = field(default_factory=dict)
+
+    @property
+    def allowed_gaps(self) -> tuple[float, float] | None:
+        """As `BenchRow.allowed_gaps`, for the geometric means."""
+        return allowed_gaps(self.median, self.slow)
+
+
+def allowed_gaps(median: float | None, checks: dict[str, SlowCheck]) -> tuple[float, float] | None:
+    """(min, max) of the nodes' slow thresholds as fractions of the median; None when
+    nothing was compared."""
+    if not median or not checks:
+        return None
+    fractions = [c.threshold / median for c in checks.values()]
+    return min(fractions), max(fractions)
 
 
 @dataclass

@@ -54,7 +54,8 @@ def rule_line(report: FleetReport) -> str:
     """The slow rule with this report's settings, in one sentence."""
     th = report.thresholds
     return (
-        f"slow = below the fleet median by more than max({th.mad_k:g} x 1.4826 x MAD, "
+        f"slow = below the fleet median by more than max({th.mad_k:g} x 1.4826 x MAD of the "
+        "other nodes, "
         f"{_pct(th.min_gap)} of the median) with the node's 95% interval below the median "
         f"(compared when at least {MIN_NODES} nodes report a benchmark)"
         + (
@@ -164,6 +165,15 @@ def rate_numeric(report: FleetReport) -> range:
     return range(1, len(rate_columns(report)))
 
 
+def _gap_range(gaps: tuple[float, float] | None) -> str:
+    """``10%`` when every node is allowed the same gap, ``10-39%`` when the spread of the
+    others (hence the gap) differs from node to node."""
+    if gaps is None:
+        return MISSING
+    low, high = _pct(gaps[0]), _pct(gaps[1])
+    return low if low == high else f"{low.rstrip('%')}-{high}"
+
+
 def rate_head_rows(report: FleetReport) -> list[list[str]]:
     """The fleet's own rows above the nodes: median, spread across nodes (1.4826 x MAD,
     the robust standard deviation, as a fraction of the median), allowed gap, nodes."""
@@ -174,7 +184,7 @@ def rate_head_rows(report: FleetReport) -> list[list[str]]:
         for r in report.benchmarks
     ]
     gap = ["allowed gap"] + [
-        _pct(r.min_gap_fraction) if r.compared else "not compared" for r in report.benchmarks
+        _gap_range(r.allowed_gaps) if r.compared else "not compared" for r in report.benchmarks
     ]
     count = ["nodes reporting"] + [str(r.reporting) for r in report.benchmarks]
     if s is not None:
@@ -182,11 +192,7 @@ def rate_head_rows(report: FleetReport) -> list[list[str]]:
         spread.append(
             _pct(MAD_SCALE * s.mad / s.median) if s.mad is not None and s.median else MISSING
         )
-        gap.append(
-            _pct(s.threshold / s.median)
-            if s.compared and s.median and s.threshold
-            else "not compared"
-        )
+        gap.append(_gap_range(s.allowed_gaps) if s.compared else "not compared")
         count.append(str(len(s.values)))
     return [median, spread, gap, count]
 
@@ -405,6 +411,10 @@ def _num(x: float | None) -> float | None:
     return x
 
 
+def _gaps_dict(gaps: tuple[float, float] | None) -> dict[str, float] | None:
+    return None if gaps is None else {"min": gaps[0], "max": gaps[1]}
+
+
 def _check_dict(check: Any) -> dict[str, Any] | None:
     if check is None:
         return None
@@ -412,6 +422,8 @@ def _check_dict(check: Any) -> dict[str, Any] | None:
         "slow": check.slow,
         "gap": _num(check.gap),
         "threshold": _num(check.threshold),
+        "mad_of_others": _num(check.mad),
+        "others": check.others,
         "set_by": "mad" if check.by_mad else "min_gap",
         "ci_reaches_median": check.ci_reaches,
     }
@@ -445,7 +457,7 @@ def fleet_report_dict(report: FleetReport) -> dict[str, Any]:
                 "compared": row.compared,
                 "median": _num(row.median),
                 "mad": _num(row.mad),
-                "threshold": _num(row.threshold),
+                "allowed_gap": _gaps_dict(row.allowed_gaps),
                 "cells": cells,
             }
         )
@@ -456,7 +468,7 @@ def fleet_report_dict(report: FleetReport) -> dict[str, Any]:
             "compared": s.compared,
             "median": _num(s.median),
             "mad": _num(s.mad),
-            "threshold": _num(s.threshold),
+            "allowed_gap": _gaps_dict(s.allowed_gaps),
             "nodes": {
                 n: {
                     "geomean_relative": _num(v),

@@ -26,6 +26,7 @@ from milabench.report.fleet import (
     median_abs_deviation,
     render_fleet,
     slow_threshold,
+    spread_without,
     write_baseline,
 )
 
@@ -302,6 +303,42 @@ def test_bad_baseline_is_one_line(tmp_path, text, message):
     with pytest.raises(UsageError, match=message.replace("[", r"\[")) as info:
         load_baseline(path)
     assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_spread_of_the_others():
+    """The judged node's own value never widens the spread it is held to."""
+    rates = {"node0": 0.0350, "node1": 0.0411, "node2": 0.0129}
+    assert spread_without(rates, "node2") == (pytest.approx(0.00305), 2)
+    assert spread_without(rates, "node0") == (pytest.approx(0.0141), 2)
+    # with every node in it, the spread is the healthy pair's whole difference
+    assert median_abs_deviation(list(rates.values())) == pytest.approx(0.0061)
+
+
+def test_three_node_fleet_with_noisy_healthy_nodes(tmp_path):
+    """The fleet CI once printed PASS for this: two healthy nodes 17% apart (a loaded
+    2-core machine) and a throttled one at 0.37x. With the MAD of all three, the allowed
+    gap was 77% and the slow node passed; held to the others' spread it is flagged, and
+    the healthy ones are not."""
+    values = {"node0": 0.0350, "node1": 0.0411, "node2": 0.0129}
+    nodes = []
+    for name, rate in values.items():
+        run = tmp_path / "runs" / name
+        synth.write_file(run, "flops-fp32.D0", synth.entry("flops-fp32"), rates=[rate] * 12)
+        nodes.append(node(name, run))
+    report = build_fleet_report(load_fleet(make_fleet(tmp_path, nodes)))
+    assert report.flagged_nodes == ["node2"], [f.reason for f in report.flagged]
+    (flag,) = report.flagged
+    assert "MAD of the other 2 nodes" in flag.reason
+    row = report.row("flops-fp32")
+    gaps = row.allowed_gaps
+    assert gaps is not None and gaps[0] == pytest.approx(3 * 1.4826 * 0.00305 / 0.035)
+    text = render_fleet(report, "text")
+    assert "allowed gap" in text and "MAD of the other nodes" in text
+    doc = json.loads(render_fleet(report, "json"))
+    (bench,) = doc["benchmarks"]
+    assert bench["allowed_gap"]["min"] == pytest.approx(gaps[0])
+    assert bench["cells"]["node2"]["slow_check"]["others"] == 2
+    assert bench["cells"]["node2"]["slow_check"]["mad_of_others"] == pytest.approx(0.00305)
 
 
 def test_broad_slowdown_flagged_by_the_summary(tmp_path):
