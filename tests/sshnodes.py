@@ -172,6 +172,10 @@ class CpuQuota:
         """``-1`` lifts the limit."""
         (self.path / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
 
+    def quota(self) -> int:
+        """The CFS quota now (``-1``: none)."""
+        return int((self.path / "cpu.cfs_quota_us").read_text())
+
     def members(self) -> list[int]:
         try:
             return [int(x) for x in self.procs_file.read_text().split()]

@@ -18,11 +18,13 @@ writable; the hidden folders are only asserted when the mount namespace could be
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,8 +81,38 @@ class FleetCluster:
         """``node`` as the system file lists it, with its own base folder."""
         return node.system_node(base=str(self.bases / node.name), **extra)
 
-    def system_file(self, path: Path, nodes: list[dict]) -> Path:
-        return self.ssh.system_yaml(path, nodes)
+    def system_file(self, path: Path, nodes: list[dict], *, cpus: int | None = None) -> Path:
+        """The system file of ``nodes``; ``cpus`` sets ``options.cpu.total_count`` (threads
+        per benchmark process) for tests that compare rates: a node given half a CPU by its
+        quota runs one thread, as a real half-CPU node would. With two threads per node,
+        the threads of three nodes on two cores wait for each other at every parallel
+        region (OpenMP spins, burning the quota) and two nodes of equal quota measured up
+        to 37% apart; see `QUOTA_PERIOD_US` for the other half of the story."""
+        import yaml
+
+        system = self.ssh.system(nodes)
+        if cpus is not None:
+            system["options"]["cpu"] = {"total_count": cpus}
+        path.write_text(yaml.safe_dump({"system": system}))
+        return path
+
+    @contextlib.contextmanager
+    def unthrottled(self) -> Iterator[None]:
+        """Every node's CPU quota lifted for a test that compares no rates (lost nodes,
+        signals, shared folders): their installs then take the machine's cores instead
+        of a tenth of them, which is most of such a test's time. Restored afterwards."""
+        quotas = [
+            (node.cgroup, node.cgroup.quota())
+            for node in (self.node0, self.node1, self.node2)
+            if node.cgroup is not None
+        ]
+        for cgroup, _ in quotas:
+            cgroup.set_quota(-1)
+        try:
+            yield
+        finally:
+            for cgroup, quota in quotas:
+                cgroup.set_quota(quota)
 
     @property
     def suite(self) -> Path:

@@ -37,8 +37,22 @@ FLEET_TIMEOUT = 900  # seconds: a generous bound for a loaded 2-core machine
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.timeout(FLEET_TIMEOUT + 300)]
 
 
+@pytest.fixture
+def unthrottled(fleet_cluster):
+    """The cluster with every node's CPU quota lifted for this test (it compares no rates)."""
+    with fleet_cluster.unthrottled():
+        yield fleet_cluster
+
+
+# The slow rule's minimum gap for these tests. Three "nodes" sharing a loaded 2-core
+# machine differ by more than real nodes do: healthy ones measured 9-17% apart in one run
+# (CI, this machine), above the default 10%. docs/fleet.md: "raise it for benchmarks known
+# to vary". The throttled node is 60% slower, far beyond it.
+MIN_GAP = "0.25"
+
+
 def _report(folder: Path):
-    return build_fleet_report(load_fleet(folder), FleetThresholds())
+    return build_fleet_report(load_fleet(folder), FleetThresholds(min_gap=float(MIN_GAP)))
 
 
 def _run_files(folder: Path) -> set[str]:
@@ -51,11 +65,13 @@ def test_fleet_flags_exactly_the_throttled_node(fleet_cluster, tmp_path):
     if c.throttle_problem:
         pytest.skip(f"no CPU quota possible here: {c.throttle_problem}")
     system = c.system_file(
-        tmp_path / "system.yaml", [c.entry(c.node0), c.entry(c.node1), c.entry(c.node2)]
+        tmp_path / "system.yaml",
+        [c.entry(c.node0), c.entry(c.node1), c.entry(c.node2)],
+        cpus=1,
     )
     base = c.main / "throttled"
     throttled_before = c.node2.cgroup.throttled_periods()
-    done = _run_fleet(c, fleet_argv(c, system, base))
+    done = _run_fleet(c, fleet_argv(c, system, base, "--min-gap", MIN_GAP))
     print(done.stdout)
     print(done.stderr, file=sys.stderr)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -96,10 +112,12 @@ def test_fleet_without_throttle_passes(fleet_cluster, tmp_path):
         c.node2.cgroup.set_quota(HEALTHY_QUOTA_US)
     try:
         system = c.system_file(
-            tmp_path / "system.yaml", [c.entry(c.node0), c.entry(c.node1), c.entry(c.node2)]
+            tmp_path / "system.yaml",
+            [c.entry(c.node0), c.entry(c.node1), c.entry(c.node2)],
+            cpus=1,
         )
         base = c.main / "healthy"
-        done = _run_fleet(c, fleet_argv(c, system, base))
+        done = _run_fleet(c, fleet_argv(c, system, base, "--min-gap", MIN_GAP))
     finally:
         if c.node2.cgroup is not None:
             c.node2.cgroup.set_quota(THROTTLE_QUOTA_US)
@@ -197,11 +215,11 @@ def _run_fleet(c, argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def test_lost_and_unreachable_nodes_are_named_while_others_finish(fleet_cluster, tmp_path):
+def test_lost_and_unreachable_nodes_are_named_while_others_finish(unthrottled, tmp_path):
     """(iii)+(v) A node whose sshd (and everything under it) dies mid-run is "lost"; a
     node nobody listens for is "unreachable"; the other two finish and their results are
     in the fleet folder. The main node runs locally (no SSH for it)."""
-    c = fleet_cluster
+    c = unthrottled
     doomed = c.ssh.start("doomed", "127.0.0.7")
     ghost_port = closed_port("127.0.0.8")
     ghost = {"name": "ghost", "ip": "127.0.0.8", "port": ghost_port, "user": c.ssh.user}
@@ -254,10 +272,10 @@ def test_lost_and_unreachable_nodes_are_named_while_others_finish(fleet_cluster,
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signal_stops_every_node_and_leaves_valid_fleet_json(fleet_cluster, tmp_path, signum):
+def test_signal_stops_every_node_and_leaves_valid_fleet_json(unthrottled, tmp_path, signum):
     """Ctrl-C / SIGTERM during the runs: every node's processes stopped (none left),
     fleet.json complete and valid, partial run folders collected, exit 130 / 143."""
-    c = fleet_cluster
+    c = unthrottled
     system = c.system_file(tmp_path / "system.yaml", [c.entry(c.node0), c.entry(c.node1)])
     base = c.main / f"signal-{signum.name}"
     proc = _start_fleet(c, fleet_argv(c, system, base))
@@ -295,10 +313,10 @@ def test_signal_stops_every_node_and_leaves_valid_fleet_json(fleet_cluster, tmp_
     print(f"stopped {took:.1f} s after {signum.name}")
 
 
-def test_a_node_that_goes_silent_is_lost_by_keepalive(fleet_cluster, tmp_path):
+def test_a_node_that_goes_silent_is_lost_by_keepalive(unthrottled, tmp_path):
     """A node whose every process is frozen (SIGSTOP: no FIN, no RST, like a hung machine)
     is found "lost" by the SSH keepalives (here 1 s x 3) while node0 finishes."""
-    c = fleet_cluster
+    c = unthrottled
     frozen = c.ssh.start("frozen", "127.0.0.9")
     nodes = [c.entry(c.node0), c.entry(frozen)]
     system = c.ssh.system(nodes)
@@ -340,11 +358,11 @@ def test_a_node_that_goes_silent_is_lost_by_keepalive(fleet_cluster, tmp_path):
     assert_nothing_left(c, c.node0)
 
 
-def test_nodes_sharing_the_main_base_get_their_own_subfolders(fleet_cluster, tmp_path):
+def test_nodes_sharing_the_main_base_get_their_own_subfolders(unthrottled, tmp_path):
     """SSH nodes without a ``base:`` of their own see the main node's base (the same
     filesystem): nothing is copied, and each node still works in ``<base>/nodes/<node>``
     so that none overwrites another's environments or runs."""
-    c = fleet_cluster
+    c = unthrottled
     system = c.system_file(tmp_path / "system.yaml", [c.node0.system_node(), c.node2.system_node()])
     base = c.main / "shared"
     done = _run_fleet(c, fleet_argv(c, system, base, "--phases", "install,prepare"))
