@@ -459,13 +459,17 @@ def test_nightly_runs_imports_and_calls_history(tmp_path, webhook, history_exit)
     reason="`milabench history` is not a milabench command yet (being added in parallel)",
 )
 def test_nightly_with_real_history_alerts_on_a_slowdown(tmp_path, webhook):
-    """7 nights at 10 ms a step, then 13 ms: the change point needs 3 runs after it, so the
-    third slow night fails (exit 1) and posts the alert; the nights before pass. --alpha
-    0.05: 10 runs are too few for the default 0.01 (a permutation test of 10 values)."""
+    """7 nights at 10 ms a step, then 13 ms: the change point needs 3 runs after it, so
+    the alert comes with the second or third slow night: the split may land one run early,
+    with the last fast night inside the slow segment of three (its median is still slow;
+    seen once in the full test run). That night fails (exit 1) and posts the alert; every
+    night before it passes and posts nothing. --alpha 0.05: 10 runs are too few for the
+    default 0.01 (a permutation test of 10 values)."""
     url, received = webhook
     suite_dir, env = nightly_setup(tmp_path, 0.010)
     env.update(WEBHOOK_URL=url, HISTORY_ARGS="--alpha 0.05")
     codes = []
+    first_alert = None
     for night in range(10):
         if night == 7:
             (suite_dir / "sleeper" / "main.py").write_text(BENCH.format(step=0.013))
@@ -475,8 +479,10 @@ def test_nightly_with_real_history_alerts_on_a_slowdown(tmp_path, webhook):
         assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
         if night == 0:
             assert (tmp_path / "site" / "index.html").is_file()
-        if night < 9:
-            assert received == [], (night, received)
-    assert codes == [0] * 9 + [1], codes
-    assert len(received) == 1 and received[0][0] == "/hook/s3cr3t-t0ken"
+        if received and first_alert is None:
+            first_alert = night
+            assert proc.returncode == 1 and len(received) == 1, (night, codes, received)
+    assert first_alert in (8, 9), (codes, received)
+    assert codes[:first_alert] == [0] * first_alert, codes
+    assert received[0][0] == "/hook/s3cr3t-t0ken"
     assert b"sleeper" in received[0][1]
