@@ -12,7 +12,8 @@ says which nodes a cluster admin should look at, and why:
 * `build_fleet_report(data, thresholds, baseline) -> FleetReport`: the benchmarks x nodes
   table (each rate relative to the fleet median of its benchmark) and the flags: slow
   (`check_slow`: robust MAD rule with a minimum gap, the spread being that of the other
-  nodes (`spread_without`), the node's own interval must not reach the median), failed, environment differs (`compare_environments`), below baseline.
+  nodes (`spread_without`), the node's own interval must not reach the median), failed,
+  environment differs (`compare_environments`), below baseline.
 * `write_baseline` / `load_baseline`: expected rate per benchmark per hardware model.
 * `render_fleet(report, fmt)`: text, markdown, json, html (`render_fleet.py`).
 
@@ -24,8 +25,8 @@ need.
 Why a robust rule: a fleet is mostly identical machines with a few bad ones, so the median
 is the reference (a slow node cannot drag it) and the median absolute deviation is the
 spread (one outlier cannot inflate it and hide itself), each node being held to the
-spread of the *others*; docs/fleet.md justifies the defaults. A user error (unreadable or newer fleet.json, bad baseline file, bad option) is
-one `UsageError` line; a broken node is a flag, never a traceback.
+spread of the *others*; docs/fleet.md justifies the defaults. A user error (unreadable or
+newer fleet.json, bad baseline file, bad option) is one `UsageError` line; a broken node is a flag, never a traceback.
 """
 
 from __future__ import annotations
