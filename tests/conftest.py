@@ -1,7 +1,7 @@
-"""Shared test set-up: make the small helper modules of `tests/` importable, and find
-(or install) the headless Chromium the HTML tests draw pages with."""
+"""Shared test set-up: make the small helper modules of `tests/` importable, apply the CI
+rule for skips (the hooks of tests/systemtools.py), and find (or install) the headless
+Chromium the HTML tests draw pages with."""
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -9,15 +9,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from systemtools import (  # noqa: E402, F401  (the hooks are registered by being here)
+    find,
+    pytest_configure,
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
+    require,
+)
+
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
     for name in ("chromium", "chromium-browser", "google-chrome"):
-        if path := shutil.which(name):
+        if path := find(name):
             return path
-    from debian import ensure_packages
-
-    reason = ensure_packages("chromium")
-    if path := shutil.which("chromium"):
-        return path
-    pytest.skip(f"chromium could not be installed: {reason}")
+    return require("chromium")["chromium"]

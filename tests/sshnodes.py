@@ -20,18 +20,18 @@ kills every node, its sessions and its cgroup members, and removes the cgroups.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from systemtools import require
 
-SSHD_CANDIDATES = ["/usr/sbin/sshd", "/usr/bin/sshd"]
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 
 # Run by the node's launcher process, which then becomes sshd (same pid): join the cgroup
@@ -44,23 +44,25 @@ _START = (
 )
 
 
-def find_sshd() -> str | None:
-    for path in SSHD_CANDIDATES:
-        if os.access(path, os.X_OK):
-            return path
-    return shutil.which("sshd")
+def ensure_sshd() -> str:
+    """sshd's path, with the OpenSSH server, client and ssh-keygen installed if missing
+    (tests/systemtools.py: skipped, or failed under CI, when they cannot be)."""
+    return require("sshd", "ssh", "ssh-keygen")["sshd"]
 
 
-def ensure_sshd() -> tuple[str | None, str]:
-    """sshd's path, installing Debian's openssh-server if needed; else (None, why)."""
-    sshd = find_sshd()
-    if sshd:
-        return sshd, ""
-    from debian import ensure_packages
-
-    reason = ensure_packages("openssh-server", "openssh-client", "rsync")
-    sshd = find_sshd()
-    return (sshd, "") if sshd else (None, reason or "openssh-server installed, sshd not found")
+def folders_to_hide(folder: str, keep: str = sys.prefix) -> list[str]:
+    """Folders to cover so that ``folder`` looks absent on a node, except the way down to
+    ``keep``: the test's Python environment, which a real node has as its own (a
+    ``.venv`` inside the clone must stay visible, the clone's code must not)."""
+    root, kept = Path(folder).resolve(), Path(keep).resolve()
+    if kept != root and root not in kept.parents:
+        return [str(root)]
+    hidden = []
+    for child in sorted(root.iterdir()):
+        if child.is_symlink() or not child.is_dir() or child == kept:
+            continue
+        hidden += folders_to_hide(str(child), keep) if child in kept.parents else [str(child)]
+    return hidden
 
 
 def free_port(host: str) -> int:

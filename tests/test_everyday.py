@@ -8,12 +8,12 @@ given to `--runs`, `report.json`/`report.md` written by `milabench run`, `milabe
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from clirun import milabench
+from systemtools import require
 
 HERE = Path(__file__).parent
 SUITE = HERE / "report" / "suite.yaml"
@@ -307,14 +307,14 @@ def test_eval_in_an_interactive_bash_registers_the_completion(bash_script: Path)
     assert proc.stdout.strip() == "complete -o filenames -F _milabench milabench"
 
 
-@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_completion(tmp_path: Path):
+    zsh = require("zsh")["zsh"]
     proc = milabench("completion", "zsh")
     assert proc.returncode == 0, proc.stderr
     script = tmp_path / "_milabench"
     script.write_text(proc.stdout)
     assert proc.stdout.startswith("#compdef milabench\n")
-    subprocess.run(["zsh", "-n", str(script)], check=True, timeout=30)
+    subprocess.run([zsh, "-n", str(script)], check=True, timeout=30)
     # the completion function's logic, with zsh's completion builtins stubbed
     stubs = (
         "compdef() {}; _describe() { local arr=${@[-1]}; print -l -- ${(P)arr}; }; "
@@ -324,7 +324,7 @@ def test_zsh_completion(tmp_path: Path):
     )
 
     def complete(*words: str) -> list[str]:
-        out = subprocess.run(["zsh", "-c", stubs, str(script), *words], capture_output=True,
+        out = subprocess.run([zsh, "-c", stubs, str(script), *words], capture_output=True,
                              text=True, check=True, timeout=30).stdout  # fmt: skip
         return out.splitlines()
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from systemtools import MACHINE_PREFIX
 
 from .conftest import BENCHMARKS, ROOT
 
@@ -130,7 +131,9 @@ def _page_faults(extra_env: dict[str, str]) -> int:
     return int(out.stdout)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc allocator settings")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason=MACHINE_PREFIX + "glibc allocator (Linux only)"
+)
 def test_cpu_suite_allocator_settings_stop_page_faults():
     """Every CPU entry carries the allocator variables, and they do what the suite says.
 

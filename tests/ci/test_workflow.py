@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from systemtools import require
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -77,10 +78,6 @@ def steps() -> list[dict]:
 def milabench_help(*words: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "milabench", *words, "--help"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
-
-
-def has_history_command() -> bool:
-    return milabench_help("history").returncode == 0
 
 
 # --------------------------------------------------------------------------- shape
@@ -160,14 +157,14 @@ def test_nightly_names_real_commands():
     assert os.access(NIGHTLY, os.X_OK)
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
 def test_systemd_units_verify(tmp_path):
+    analyze = require("systemd-analyze")["systemd-analyze"]
     for name in ("milabench-nightly.service", "milabench-nightly.timer"):
         text = (EXAMPLES / name).read_text()
         text = text.replace("ExecStart=/srv/bench/nightly.sh", f"ExecStart={NIGHTLY}")
         (tmp_path / name).write_text(text)
     proc = subprocess.run(
-        ["systemd-analyze", "verify", *(str(p) for p in sorted(tmp_path.iterdir()))],
+        [analyze, "verify", *(str(p) for p in sorted(tmp_path.iterdir()))],
         capture_output=True,
         text=True,
         timeout=60,
@@ -454,10 +451,6 @@ def test_nightly_runs_imports_and_calls_history(tmp_path, webhook, history_exit)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not has_history_command(),
-    reason="`milabench history` is not a milabench command yet (being added in parallel)",
-)
 def test_nightly_with_real_history_alerts_on_a_slowdown(tmp_path, webhook):
     """7 nights at 10 ms a step, then 13 ms: the change point needs 3 runs after it, so
     the alert comes with the second or third slow night: the split may land one run early,

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from milabench.config.loader import load_suite
@@ -252,11 +252,12 @@ def _load_text(text: str) -> None:
             assert message and "\n" not in message.strip()
             return
         for entry in suite.all_entries.values():
-            assert entry["name"] and isinstance(entry["tags"], list)
+            assert entry.name and isinstance(entry.tags, tuple)
 
 
 @settings(max_examples=FUZZ, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents)
+@example({"inherits": {"definition": "a"}})  # loads: an entry named "inherits"
 def test_fuzz_structured_documents(doc):
     _load_text(yaml.safe_dump(doc, sort_keys=False))
 

@@ -1,13 +1,13 @@
 """The dashboard sink: a real terminal (tmux) and the plain line output."""
 
 import io
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from systemtools import require
 
 from milabench.sinks.dashboard import LiveDashboard, PlainDashboard, _State, make_dashboard
 
@@ -29,14 +29,8 @@ def _wait_for(path: Path, content: str, timeout: float = 30.0) -> None:
 
 @pytest.fixture
 def tmux(tmp_path):
-    if shutil.which("tmux") is None:
-        from debian import ensure_packages
-
-        reason = ensure_packages("tmux")
-        if shutil.which("tmux") is None:
-            pytest.skip(f"tmux is not installed: {reason}")
     socket = f"mb-dash-{tmp_path.name}"
-    base = ["tmux", "-L", socket]
+    base = [require("tmux")["tmux"], "-L", socket]
     yield base
     subprocess.run([*base, "kill-server"], capture_output=True)
 

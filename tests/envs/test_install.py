@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -196,23 +197,22 @@ def test_disagreeing_pins_suggest_pin(mb):
 
 
 def test_into_current_env_installs_into_the_active_interpreter(mb, tmp_path):
-    """Run milabench from a venv that sees the global packages; install goes into it."""
+    """Run milabench from a venv that sees other packages; install goes into it.
+
+    The venv sees the packages of the test environment (milabench's dependencies, known
+    contents) through a ``.pth`` file, not the machine's global Python through
+    ``--system-site-packages``: what a global Python holds differs between machines."""
     active = tmp_path / "active"
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "uv",
-            "venv",
-            "-q",
-            "--system-site-packages",
-            "--python",
-            sys.executable,
-            str(active),
-        ],
+        [sys.executable, "-m", "uv", "venv", "-q", "--python", sys.executable, str(active)],
         check=True,
         env=mb.env,
     )
+    seen = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    (site,) = (active / "lib").glob("python3.*/site-packages")
+    # as --system-site-packages does: addsitedir also runs the folders' own .pth files
+    lines = [f"import site; site.addsitedir({p!r})\n" for p in sorted(seen)]
+    (site / "test-environment.pth").write_text("".join(lines))
     python = str(active / "bin" / "python")
     argv = [
         python,

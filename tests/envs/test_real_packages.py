@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from systemtools import MACHINE_PREFIX
 
 from milabench.envs.pipconf import read_pip_settings
 
@@ -40,7 +41,8 @@ def real(workdir: Path, real_env: dict[str, str], milabench_runner):
 
 
 @pytest.mark.skipif(
-    local_torch_wheel() is None, reason="no torch 2.13.0+cpu wheel in pip's find-links"
+    local_torch_wheel() is None,
+    reason=MACHINE_PREFIX + "no torch 2.13.0+cpu wheel in pip's find-links (this workplace's)",
 )
 def test_torch_group(real):
     proc = real("install", "--select", "torchy", timeout=600)

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from clirun import milabench as run_milabench
+from systemtools import cannot_run_here
 
 from milabench.events import read_events
 
@@ -73,7 +74,7 @@ def tmpfs(tmp_path: Path):
             text=True,
         )
         if proc.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+            cannot_run_here(f"cannot mount a tmpfs: {proc.stderr.strip() or proc.returncode}")
         mounted.append(where)
         return where
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -19,20 +17,17 @@ from fleetcluster import (
     can_hide,
     snapshot_tool,
 )
-from sshnodes import SSHNodes, cgroup_v1_cpu_problem, ensure_sshd
+from sshnodes import SSHNodes, cgroup_v1_cpu_problem, ensure_sshd, folders_to_hide
+from systemtools import require, require_root, unavailable
 
 from milabench.remote.facts import local_package_dir
 
 
 @pytest.fixture(scope="session")
 def fleet_cluster(tmp_path_factory):
-    sshd, why = ensure_sshd()
-    if not sshd:
-        pytest.skip(f"no OpenSSH server: {why}")
-    if os.geteuid() != 0:
-        pytest.skip("the sshd nodes log in as the current user, which must be root here")
-    if not shutil.which("rsync"):
-        pytest.skip("rsync is not installed on the main node")
+    sshd = ensure_sshd()
+    require_root("the sshd nodes (they log in as the current user, root)")
+    require("rsync", "unshare")
     root = tmp_path_factory.mktemp("fleet")
     main = root / "main"
     main.mkdir()
@@ -54,7 +49,7 @@ def fleet_cluster(tmp_path_factory):
             cpu_quota=healthy,
             cpu_period=period,
             without_rsync=True,
-            hide=(str(main), str(tool), local_package_dir()) if hidden else (),
+            hide=(str(main), str(tool), *folders_to_hide(local_package_dir())) if hidden else (),
         )
         node2 = ssh.start(
             "node2",
@@ -64,7 +59,7 @@ def fleet_cluster(tmp_path_factory):
         )
     except RuntimeError as err:
         ssh.close()
-        pytest.skip(f"sshd could not start: {err}")
+        unavailable(f"sshd could not start: {err}")
     try:
         yield FleetCluster(ssh, node0, node1, node2, main, tool, bases, throttle_problem, hidden)
     finally:

@@ -30,6 +30,7 @@ from fleetcluster import (
     read_fleet,
 )
 from sshnodes import closed_port
+from systemtools import cannot_run_here
 
 from milabench.report.fleet import FleetThresholds, build_fleet_report, load_fleet
 
@@ -64,7 +65,7 @@ def test_fleet_flags_exactly_the_throttled_node(fleet_cluster, tmp_path):
     """(i) One command, three nodes, one throttled by its cgroup: flagged alone, exit 1."""
     c = fleet_cluster
     if c.throttle_problem:
-        pytest.skip(f"no CPU quota possible here: {c.throttle_problem}")
+        cannot_run_here(f"no CPU quota: {c.throttle_problem}")
     system = c.system_file(
         tmp_path / "system.yaml",
         [c.entry(c.node0), c.entry(c.node1), c.entry(c.node2)],

@@ -2,8 +2,8 @@
 
 Keys (host and client) and known_hosts are generated in a temporary folder; the servers
 run ``sshd -D -f <cfg>`` as children of the test session and are killed at teardown.
-Debian's ``openssh-server`` is installed with apt-get when ``sshd`` is missing; the ssh
-tests are skipped with the reason when that fails.
+OpenSSH and rsync are installed when missing (tests/systemtools.py); the ssh tests are
+skipped with the reason when that fails (failed, under CI).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from sshnodes import ensure_sshd, free_port, keygen
+from systemtools import require, require_root, unavailable
 
 # sshd discovery, install, free ports and keys are shared with the fleet tests
 _ensure_sshd, _free_port, _keygen = ensure_sshd, free_port, keygen
@@ -67,11 +68,9 @@ def _wait_listening(host: str, port: int, proc: subprocess.Popen, timeout=10.0) 
 
 @pytest.fixture(scope="session")
 def ssh_cluster(tmp_path_factory):
-    sshd, why = _ensure_sshd()
-    if not sshd:
-        pytest.skip(f"no OpenSSH server: {why}")
-    if os.geteuid() != 0:
-        pytest.skip("the sshd fixture logs in as the current user, which must be root here")
+    sshd = _ensure_sshd()
+    require("rsync")  # full nodes; the SFTP fallback is tested on nodes without it
+    require_root("the sshd fixture (it logs in as the current user, root)")
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege-separation directory
     tmp = tmp_path_factory.mktemp("sshd")
     host_key = tmp / "host_ed25519"
@@ -121,7 +120,7 @@ def ssh_cluster(tmp_path_factory):
         except RuntimeError as err:
             for p in procs:
                 p.kill()
-            pytest.skip(f"sshd could not start: {err}: {(tmp / f'sshd_{i}.log').read_text()}")
+            unavailable(f"sshd could not start: {err}: {(tmp / f'sshd_{i}.log').read_text()}")
         nodes.append(
             {
                 "name": f"node{i}",

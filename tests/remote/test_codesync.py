@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sshnodes import free_port
+from sshnodes import folders_to_hide, free_port, path_without
+from systemtools import cannot_run_here, require, unavailable
 
 from milabench.errors import ConfigError, UsageError
 from milabench.events import read_events
@@ -52,27 +53,13 @@ def _wait_listening(host: str, port: int, proc: subprocess.Popen, log: Path) -> 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.skip(f"sshd on {host} exited with {proc.returncode}: {log.read_text()[-500:]}")
+            unavailable(f"sshd on {host} exited with {proc.returncode}: {log.read_text()[-500:]}")
         try:
             with socket.create_connection((host, port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.05)
-    pytest.skip(f"sshd on {host}:{port} did not listen: {log.read_text()[-500:]}")
-
-
-def _path_without_rsync(folder: Path) -> str:
-    """A folder of links to every command of the usual PATH except rsync."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for bindir in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
-        if not os.path.isdir(bindir):
-            continue
-        for name in os.listdir(bindir):
-            link = folder / name
-            if name == "rsync" or link.exists() or link.is_symlink():
-                continue
-            link.symlink_to(os.path.join(bindir, name))
-    return str(folder)
+    unavailable(f"sshd on {host}:{port} did not listen: {log.read_text()[-500:]}")
 
 
 @dataclass
@@ -102,29 +89,26 @@ class Isolated:
 
 @pytest.fixture(scope="module")
 def isolated(ssh_cluster, tmp_path_factory):
-    if not shutil.which("unshare"):
-        pytest.skip("unshare (util-linux) is not installed")
-    if not shutil.which("rsync"):
-        pytest.skip("rsync is not installed here")
-    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    tools = require("unshare", "rsync", "sshd")
+    sshd = tools["sshd"]
     root = tmp_path_factory.mktemp("codesync")
     main = root / "main"
     main.mkdir()
     (root / "workers").mkdir()
-    hide = [str(main), local_package_dir()]
+    hide = [str(main), *folders_to_hide(local_package_dir())]
     probe = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "x", str(main)],
         capture_output=True,
         text=True,
     )
     if probe.returncode != 0:
-        pytest.skip(f"cannot make a private mount namespace here: {probe.stderr.strip()}")
+        cannot_run_here(f"no private mount namespace: {probe.stderr.strip()}")
     tmp = ssh_cluster.tmp
     known = root / "known_hosts"
     lines = [ssh_cluster.known_hosts.read_text().rstrip("\n")]
     nodes: dict[str, dict] = {}
     procs: list[subprocess.Popen] = []
-    specs = [("iso", "127.0.0.5", None), ("bare", "127.0.0.6", _path_without_rsync(root / "path"))]
+    specs = [("iso", "127.0.0.5", None), ("bare", "127.0.0.6", path_without(root / "path"))]
     try:
         for name, host, path in specs:
             port = _free_port(host)
@@ -403,7 +387,8 @@ def test_rsync_version_rule():
     assert parse_rsync_version("rsync  version 3.2.7  protocol version 32\n") == (3, 2, 7)
     assert parse_rsync_version("rsync  version v3.1.3  protocol version 31") == (3, 1, 3)
     assert parse_rsync_version("bash: rsync: command not found") is None
-    here = subprocess.run(["rsync", "--version"], capture_output=True, text=True)
+    rsync = require("rsync")["rsync"]
+    here = subprocess.run([rsync, "--version"], capture_output=True, text=True)
     if here.returncode == 0:
         assert parse_rsync_version(here.stdout) is not None
     settings = SSHSettings({})

@@ -7,6 +7,7 @@ import os
 import shutil
 
 import pytest
+from systemtools import require
 
 from milabench.errors import NodeError
 from milabench.remote.ssh import ConnectionPool
@@ -63,8 +64,8 @@ def test_shared_base_detected(ssh_cluster, tmp_path, force_ssh):
 
 @pytest.mark.parametrize("method", ["sftp", "rsync"])
 def test_copy_tree(ssh_cluster, tmp_path, method):
-    if method == "rsync" and not shutil.which("rsync"):
-        pytest.skip("rsync is not installed")
+    if method == "rsync":
+        require("rsync")
     system = ssh_cluster.system()
     node = system["nodes"][1]
     src = tmp_path / "src"

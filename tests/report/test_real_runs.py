@@ -117,8 +117,6 @@ CPU_SUITE = Path(__file__).parents[2] / "config" / "cpu-fast.yaml"
 def test_cpu_suite_report_matches_independent_recomputation(tmp_path):
     """The same check on a real run of the CPU suite's torch benchmarks."""
     pytest.importorskip("torch")
-    if not CPU_SUITE.exists():
-        pytest.skip(f"{CPU_SUITE} is not there yet")
     from .conftest import real_run
 
     run_dir = real_run(tmp_path, "cpu", "--select", "flops-fp32,convnet-noio", suite=CPU_SUITE)

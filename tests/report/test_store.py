@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from systemtools import install, unavailable
 
 from milabench.report.store import Store, flag
 
@@ -95,19 +96,17 @@ def postgres() -> str:
     pytest.importorskip("psycopg", reason="psycopg (milabench[store]) is not installed")
     bindir = _pg_bin()
     if bindir is None:
-        from debian import ensure_packages
-
-        ensure_packages("postgresql")
+        why = install(["postgresql"])
         bindir = _pg_bin()
-    if bindir is None:
-        pytest.skip("PostgreSQL server binaries are not installed and could not be installed")
+        if bindir is None:
+            unavailable(f"PostgreSQL server (Debian package postgresql) not installed: {why}")
     user = "postgres"
     try:
         import pwd
 
         pwd.getpwnam(user)
     except KeyError:
-        pytest.skip("no 'postgres' system user to run the server as")
+        unavailable("no 'postgres' system user to run the server as (Debian's postgresql adds it)")
     # pytest's temp root is private to root (0700): the server user needs its own folder
     root = Path(tempfile.mkdtemp(prefix="milabench-pg-"))
     data, sock = root / "data", root / "sock"
@@ -123,13 +122,13 @@ def postgres() -> str:
                            user], capture_output=True, text=True)  # fmt: skip
     if proc.returncode:
         shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"initdb failed: {proc.stderr.strip()[-300:]}")
+        unavailable(f"initdb failed: {proc.stderr.strip()[-300:]}")
     opts = f"-k {sock} -p {port} -c listen_addresses=''"
     ctl = [*as_pg, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w"]
     proc = subprocess.run([*ctl, "-o", opts, "start"], capture_output=True, text=True)
     if proc.returncode:
         shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"PostgreSQL did not start: {proc.stderr.strip()[-300:]}")
+        unavailable(f"PostgreSQL did not start: {proc.stderr.strip()[-300:]}")
     try:
         yield f"postgresql://{user}@/postgres?host={sock}&port={port}"
     finally:

@@ -11,12 +11,12 @@ import argparse
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from systemtools import require
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -324,8 +324,8 @@ def _torch_available() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _torch_available(), reason="needs torch in the current environment")
-@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset")
 def test_real_run_of_two_profiles(tmp_path, capsys):
+    require("taskset")
     # native plus the quota (its cgroup must be joined and removed) where the controller
     # is writable, else onecore: two profiles keep the test short
     profiles = ["native", "onecore"]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from systemtools import require, require_root
 
 MARK_VAR = "MILABENCH_SLURM_TEST"
 JOB_MARK_VAR = "MILABENCH_SLURM_JOB"
@@ -43,10 +44,6 @@ FINAL_STATES = {
 }  # fmt: skip
 START_TIMEOUT = 120.0  # munged answering, then the node idle in sinfo
 STOP_GRACE = 20.0  # SIGTERM to SIGKILL, per daemon
-
-
-def _missing_tools() -> list[str]:
-    return [t for t in TOOLS if shutil.which(t) is None]
 
 
 def _free_ports(count: int) -> list[int]:
@@ -385,15 +382,8 @@ def _teardown(cluster: SlurmCluster) -> list[str]:
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    if os.geteuid() != 0:
-        pytest.skip("the Slurm test cluster runs its daemons as root")
-    if missing := _missing_tools():
-        from debian import ensure_packages
-
-        reason = ensure_packages("slurm-wlm", "munge")
-        if missing := _missing_tools():
-            why = reason or "installed, but not on PATH"
-            pytest.skip(f"Slurm is not usable here ({', '.join(missing)} missing): {why}")
+    require_root("the Slurm test cluster (its daemons run as root)")
+    require(*TOOLS)
     host = (
         subprocess.run(
             ["hostname", "-s"], capture_output=True, text=True, timeout=10
