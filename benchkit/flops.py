@@ -12,6 +12,13 @@ The record (a ``data`` event, written by rank 0 only, like every metric record):
 
     {"task": "train", "flops_per_item": 3.1e9, "precision": "bf16", "flops_source": "counted"}
 
+``flops_per_item`` are MODEL FLOPs: the work of the model's forward and backward once.
+Activation checkpointing runs parts of the forward again during the backward; that
+recomputation is work the device does but not work the model needs, so it never counts
+in the MFU. A benchmark that counts with checkpointing on declares what the device
+executed beside it (``"hardware_flops_per_item"``: the report shows it as HFU), and
+:func:`count_and_declare` with ``checkpointing=`` counts both.
+
 ``precision`` names the peak the work should be compared with: ``fp32``, ``tf32``,
 ``fp16``, ``bf16`` or ``fp8`` (``tf32-fp16`` maps to ``fp16``: the matmuls run in fp16).
 Standard library at module level (benchkit's rule); torch only inside ``count_flops``.
@@ -54,6 +61,10 @@ def _is_rank0() -> bool:
     return os.environ.get("RANK", "0") in ("", "0")
 
 
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
 def declare_flops(
     per_item: float,
     *,
@@ -61,11 +72,14 @@ def declare_flops(
     source: str = "analytic",
     task: str = "train",
     writer: DataWriter | None = None,
+    hardware_per_item: float | None = None,
 ) -> dict[str, Any] | None:
-    """Record the floating-point operations one item costs (forward + backward for a
-    training step, forward only for inference). Returns the record, or None when nothing
+    """Record the model floating-point operations one item costs (forward + backward for
+    a training step, forward only for inference; recomputation excluded) and, when given,
+    the hardware FLOPs the device executed for it (``hardware_per_item``: recomputation
+    under activation checkpointing included). Returns the record, or None when nothing
     was written (not rank 0, or ``per_item`` is not a positive finite number)."""
-    if not (isinstance(per_item, (int, float)) and math.isfinite(per_item) and per_item > 0):
+    if not _positive(per_item):
         return None
     if not _is_rank0():
         return None
@@ -75,6 +89,8 @@ def declare_flops(
         "precision": peak_class(precision),
         "flops_source": source,
     }
+    if _positive(hardware_per_item) and hardware_per_item != per_item:
+        record["hardware_flops_per_item"] = float(hardware_per_item)
     (writer or default_writer()).write(record)
     return record
 
@@ -120,12 +136,61 @@ def count_and_declare(
     precision: str | None = None,
     task: str = "train",
     writer: DataWriter | None = None,
+    checkpointing: Callable[[bool], Any] | None = None,
 ) -> float:
-    """Count one step of ``items`` items and declare the per-item figure; returns it
-    (0.0 when nothing could be counted)."""
-    total = count_flops(step)
+    """Count one step of ``items`` items and declare the per-item model FLOPs; returns
+    them (0.0 when nothing could be counted).
+
+    ``checkpointing``: for a model trained with activation checkpointing, the function
+    that turns it off (``False``) and back on (``True``). The step is then counted twice:
+    without checkpointing (the model FLOPs, declared) and with it (the hardware FLOPs,
+    recomputed forwards included, declared beside). The step must do the same work both
+    times (seed what it draws at random). Checkpointing is left on."""
+    hardware = None
+    if checkpointing is not None:
+        checkpointing(False)
+        try:
+            total = count_flops(step)
+        finally:
+            checkpointing(True)
+        hardware = count_flops(step)
+    else:
+        total = count_flops(step)
     if total <= 0 or items <= 0:
         return 0.0
     per_item = total / items
-    declare_flops(per_item, precision=precision, source="counted", task=task, writer=writer)
+    declare_flops(
+        per_item,
+        precision=precision,
+        source="counted",
+        task=task,
+        writer=writer,
+        hardware_per_item=None if not hardware else hardware / items,
+    )
     return per_item
+
+
+def count_flops_on_meta(make: Callable[[], Any], *, precision: str | None = None) -> int:
+    """FLOPs of one step of the `benchkit.memory.Workload` that ``make`` builds on the
+    meta device, counted without running it (any size: a 70B model costs nothing): the
+    step runs on meta tensors (`benchkit.memory.as_fake_cpu`) under the autocast of
+    ``precision``, with attention in its plain form (two matmuls, which the counter
+    sees; fused CPU kernels it does not). What the tests compare analytic formulas with."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from benchkit.memory import AMP_DTYPES, as_fake_cpu
+
+    name = AMP_DTYPES.get(precision or "")
+    amp = getattr(torch, name) if name else None
+    work = make()
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    as_fake_cpu([*work.trained, *work.frozen], mode)
+    with mode, sdpa_kernel(SDPBackend.MATH):
+
+        def step() -> None:
+            with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+                work.step()
+
+        return count_flops(step)

@@ -47,8 +47,44 @@ def visible_devices(total: int, environ: dict[str, str] | None = None) -> list[s
     return [str(i) for i in range(total)]
 
 
+# NVML's clock-event ("throttle") reasons, by the suffix of nvidia-ml-py's constant
+# (``nvmlClocksEventReason<Suffix>``, older releases ``nvmlClocksThrottleReason<Suffix>``)
+# -> the name written in ``gpudata`` records (docs/doctor.md). "Why is this GPU slower
+# than its peers": thermal and power slowdowns are the usual answers.
+CLOCK_EVENT_REASONS = {
+    "GpuIdle": "gpu_idle",
+    "ApplicationsClocksSetting": "applications_clocks_setting",
+    "SwPowerCap": "sw_power_cap",
+    "HwSlowdown": "hw_slowdown",
+    "SyncBoost": "sync_boost",
+    "SwThermalSlowdown": "sw_thermal_slowdown",
+    "HwThermalSlowdown": "hw_thermal_slowdown",
+    "HwPowerBrakeSlowdown": "hw_power_brake_slowdown",
+    "DisplayClockSetting": "display_clock_setting",
+}
+
+
+def clock_event_bits(nvml: Any) -> list[tuple[int, str]]:
+    """(bit, name) of every clock-event reason the installed pynvml defines."""
+    out = []
+    for suffix, name in CLOCK_EVENT_REASONS.items():
+        for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
+            bit = getattr(nvml, prefix + suffix, None)
+            if isinstance(bit, int) and bit:
+                out.append((bit, name))
+                break
+    return out
+
+
 class NVMLSampler:
-    """GPU samples through NVML (``pynvml``, from the nvidia-ml-py package)."""
+    """GPU samples through NVML (``pynvml``, from the nvidia-ml-py package).
+
+    Besides memory, load, temperature, power and energy, each device's sample carries
+    what explains a slow GPU: ``clock_events`` (the names of the current clock-event
+    reasons, `CLOCK_EVENT_REASONS`), ``clocks`` (``{"sm": MHz, "mem": MHz}``) and
+    ``xid`` (the XID error codes NVML reported since the previous sample, when the
+    driver lets this process register for them).
+    """
 
     def __init__(self) -> None:
         import pynvml  # raises ImportError when absent
@@ -63,6 +99,58 @@ class NVMLSampler:
             else:
                 handle = pynvml.nvmlDeviceGetHandleByUUID(physical)
             self.handles[str(visible)] = handle
+        self.reason_bits = clock_event_bits(pynvml)
+        self._reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        self._events, self._uuids = self._register_xid()
+
+    def _register_xid(self) -> tuple[Any, dict[str, str]]:
+        """An NVML event set for XID errors of the visible devices (None where the
+        driver refuses: MIG slices, no permission, an old driver)."""
+        nvml = self.nvml
+        xid = getattr(nvml, "nvmlEventTypeXidCriticalError", None)
+        if xid is None:
+            return None, {}
+        try:
+            events = nvml.nvmlEventSetCreate()
+        except Exception:
+            return None, {}
+        uuids: dict[str, str] = {}
+        for key, handle in self.handles.items():
+            try:
+                nvml.nvmlDeviceRegisterEvents(handle, xid, events)
+                uuid = nvml.nvmlDeviceGetUUID(handle)
+                uuids[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = key
+            except Exception:
+                continue
+        if not uuids:
+            try:
+                nvml.nvmlEventSetFree(events)
+            except Exception:
+                pass
+            return None, {}
+        return events, uuids
+
+    def _pending_xids(self) -> dict[str, list[int]]:
+        """XID codes waiting in the event set, per device key (never blocks)."""
+        out: dict[str, list[int]] = {}
+        if self._events is None:
+            return out
+        nvml = self.nvml
+        for _ in range(64):  # a storm of events must not hold the sampler
+            try:
+                data = nvml.nvmlEventSetWait(self._events, 0)
+            except Exception:  # NVML_ERROR_TIMEOUT: nothing pending
+                break
+            try:
+                uuid = nvml.nvmlDeviceGetUUID(data.device)
+                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            except Exception:
+                uuid = ""
+            key = self._uuids.get(uuid, next(iter(self._uuids.values())))
+            out.setdefault(key, []).append(int(data.eventData))
+        return out
 
     def sample(self) -> dict[str, dict[str, Any]]:
         nvml = self.nvml
@@ -92,10 +180,33 @@ class NVMLSampler:
                 entry["energy"] = nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0
             except (nvml.NVMLError, AttributeError):
                 pass
+            if self._reasons is not None:
+                try:
+                    mask = int(self._reasons(handle))
+                    entry["clock_events"] = [n for bit, n in self.reason_bits if mask & bit]
+                except nvml.NVMLError:
+                    pass
+            clocks = {}
+            for name, const in (("sm", "NVML_CLOCK_SM"), ("mem", "NVML_CLOCK_MEM")):
+                try:
+                    clocks[name] = nvml.nvmlDeviceGetClockInfo(handle, getattr(nvml, const))
+                except (nvml.NVMLError, AttributeError):
+                    pass
+            if clocks:
+                entry["clocks"] = clocks
             out[key] = entry
+        for key, codes in self._pending_xids().items():
+            if key in out:
+                out[key]["xid"] = codes
         return out
 
     def close(self) -> None:
+        if self._events is not None:
+            try:
+                self.nvml.nvmlEventSetFree(self._events)
+            except Exception:
+                pass
+            self._events = None
         try:
             self.nvml.nvmlShutdown()
         except Exception:

@@ -3,7 +3,8 @@
 A benchmark process learns them from the orchestrator through ``MILABENCH_CONFIG`` (the
 JSON of its resolved entry): the ``measure`` mapping holds the time window
 (docs/measurement.md: ``warmup_min``, ``warmup_max``, ``settle``, ``min``, ``max``,
-``precision``, ``min_observations``, ``required_observations``, ``startup``), and the
+``precision``, ``min_observations``, ``required_observations``, ``startup``,
+``stop_unreachable``), and the
 ``voir.options`` mapping holds ``stop``, ``skip`` (optional step-count bounds, upstream's
 format), ``interval``, ``gpu_poll``. A script run by hand gets the same defaults as the
 suites. Explicit arguments always win, so a benchmark (or a test) can pin a value.
@@ -96,7 +97,10 @@ class MeasureSettings(WindowSettings):
 _SECONDS = ("warmup_min", "warmup_max", "min", "max", "startup")
 _FRACTIONS = ("settle", "precision")
 _COUNTS = ("min_observations", "required_observations")
-MEASURE_KEYS = _SECONDS + _FRACTIONS + _COUNTS
+_FLAGS = ("stop_unreachable",)
+MEASURE_KEYS = _SECONDS + _FRACTIONS + _COUNTS + _FLAGS
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
 
 
 def _measure_value(key: str, value: Any) -> Any:
@@ -121,6 +125,13 @@ def _measure_value(key: str, value: Any) -> Any:
         if not 0 < number < 1:
             raise ValueError(f"measure.{key} must be between 0 and 1 (0.02 = 2%), not {value!r}")
         return number
+    if key in _FLAGS:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ValueError(f"measure.{key} must be true or false, not {value!r}")
     return _parse_count(value, f"measure.{key}")
 
 

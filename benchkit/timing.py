@@ -575,7 +575,7 @@ class TimedIterator:
         s, w = self.settings, self.window
         if s.max > 0:
             total = round(s.max, 1)
-            if w.done and w.reason in ("precision", "stop_count", "max_time"):
+            if w.done and w.reason in ("precision", "stop_count", "max_time", "unreachable"):
                 done = total  # the window is complete
             elif w.measuring or w.done:
                 done = min(round(w.measured_seconds, 1), total)

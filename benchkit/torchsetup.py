@@ -13,6 +13,7 @@ in an environment without torch.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +21,10 @@ from typing import Any
 #: ``--precision`` values: fp32 means real fp32 (TF32 off), fp16/bf16 mean autocast.
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
-# Autocast dtype name per precision; ``tf32-fp16``: TF32 for what stays fp32, fp16 autocast.
-_AMP = {"fp16": "float16", "tf32-fp16": "float16", "bf16": "bfloat16"}
-_TF32 = ("tf32", "tf32-fp16")
+# Autocast dtype name per precision; ``tf32-fp16`` / ``tf32-bf16``: TF32 for what stays
+# fp32, fp16 / bf16 autocast for the rest.
+_AMP = {"fp16": "float16", "tf32-fp16": "float16", "bf16": "bfloat16", "tf32-bf16": "bfloat16"}
+_TF32 = ("tf32", "tf32-fp16", "tf32-bf16")
 
 
 def default_device() -> str:
@@ -30,6 +32,70 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _why_unseen(torch: Any, device: Any) -> str | None:
+    """Why this torch cannot run on ``device`` (a ``torch.device``), or None when it can."""
+    kind, index = device.type, device.index
+    if kind in ("cpu", "meta"):
+        return None
+    if kind == "cuda":
+        if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+            return (
+                "this build has no CUDA or ROCm support (torch.version.cuda is None); "
+                "install a CUDA build of torch, or run with --device cpu"
+            )
+        count = torch.cuda.device_count()
+        if count == 0:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+            return f"no GPU is visible{where}: check the driver (nvidia-smi, rocm-smi)"
+        if index is not None and index >= count:
+            return f"only {count} GPU(s) are visible"
+        return None
+    module = getattr(torch, kind, None)
+    available = getattr(module, "is_available", None)
+    if kind == "mps":
+        available = torch.backends.mps.is_available
+    if available is None:
+        return f"torch has no {kind} back-end in this build"
+    if not available():
+        return f"torch.{kind}.is_available() is False"
+    count_fn = getattr(module, "device_count", None)
+    if index is not None and count_fn is not None and index >= count_fn():
+        return f"only {count_fn()} {kind} device(s) are visible"
+    return None
+
+
+def require_device(device: Any) -> Any:
+    """The ``torch.device`` of ``device`` (a name such as ``cuda`` or ``cuda:1``, or a
+    device), once torch has been checked to see it.
+
+    The one check of every torch benchmark: asked for an accelerator this torch cannot
+    use (a CPU build, no GPU visible, an index past the last device), it exits with one
+    line naming torch's version and the device, never falling back to a silent CPU run::
+
+        torch 2.13.0+cpu cannot see device cuda: this build has no CUDA or ROCm support ...
+    """
+    import torch
+
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SystemExit(f"torch {torch.__version__}: unknown device {device!r}: {first}") from None
+    why = _why_unseen(torch, resolved)
+    if why is not None:
+        raise SystemExit(f"torch {torch.__version__} cannot see device {resolved}: {why}")
+    return resolved
+
+
+def requested_device(args: argparse.Namespace) -> str:
+    """``--device`` (default: `default_device`), checked by `require_device`: the device
+    kind a script that builds its own per-rank device starts from."""
+    kind = getattr(args, "device", None) or default_device()
+    require_device(kind)
+    return str(kind)
 
 
 def add_common_arguments(
@@ -81,7 +147,8 @@ class Setup:
 
 
 def setup(args: argparse.Namespace, *, device: Any = None, cudnn_benchmark: bool = False) -> Setup:
-    """Seed, pick the device, set the CPU threads and the TF32 flags.
+    """Seed, pick the device (checked by `require_device`), set the CPU threads and the
+    TF32 flags.
 
     ``device`` overrides ``--device`` (a script that picked a per-rank device itself);
     ``args`` may lack ``--seed`` or ``--precision`` (then: no seeding, no autocast).
@@ -91,7 +158,7 @@ def setup(args: argparse.Namespace, *, device: Any = None, cudnn_benchmark: bool
 
     if getattr(args, "seed", None) is not None:
         torch.manual_seed(args.seed)
-    device = torch.device(device or args.device or default_device())
+    device = require_device(device or args.device or default_device())
     if args.threads:
         torch.set_num_threads(args.threads)
     precision = getattr(args, "precision", None)
@@ -120,11 +187,9 @@ def init_distributed(args: argparse.Namespace) -> tuple[Any, int, int]:
     ``LOCAL_RANK``; CPU ranks share the machine's cores (``args.threads`` defaults to
     cores / local ranks, so that two ranks do not oversubscribe them). Pair it with
     `teardown_distributed` in a ``finally``. Without torchrun: ``(device, 0, 1)``."""
-    import os
-
     import torch
 
-    kind = getattr(args, "device", None) or default_device()
+    kind = requested_device(args)
     if "WORLD_SIZE" not in os.environ:
         return torch.device(kind), 0, 1
     import torch.distributed as dist

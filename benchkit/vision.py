@@ -34,11 +34,27 @@ def _torch() -> Any:
 
 class JpegFolder:
     """``root/<class>/<image>``: a random resized crop (scale 0.08-1, ratio 3/4-4/3) and a
-    horizontal flip, decoded with Pillow into uint8 CHW tensors; normalisation happens on
-    the device (`normalise`), cheaper than in the workers. The torchvision recipe,
-    without torchvision."""
+    horizontal flip, decoded with Pillow: torchvision's training recipe without
+    torchvision.
 
-    def __init__(self, root: str | os.PathLike, image_size: int) -> None:
+    Output: uint8 CHW tensors, normalised later on the device (`normalise`), unless
+    ``normalise`` is set: then float32 CHW tensors normalised with the ImageNet mean and
+    std here, in the loader worker, as torchvision's ``ToTensor`` + ``Normalize`` do
+    (upstream milabench's torchvision and Lightning loaders). timm's training recipe
+    (upstream's focalnet) adds ``color_jitter`` (brightness, contrast and saturation
+    factors drawn from [1 - j, 1 + j], applied in a random order, after the flip: timm's
+    ``--color-jitter``) and ``random_interpolation`` (the crop resampled with bilinear or
+    bicubic filtering, drawn per image: timm's ``--train-interpolation random``)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        image_size: int,
+        *,
+        normalise: bool = False,
+        color_jitter: float = 0.0,
+        random_interpolation: bool = False,
+    ) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
             raise SystemExit(f"no image folder at {self.root}: run prepare.py first")
@@ -53,6 +69,9 @@ class JpegFolder:
             raise SystemExit(f"no images under {self.root}: run prepare.py first")
         self.num_classes = len(classes)
         self.image_size = image_size
+        self.normalise = normalise
+        self.color_jitter = color_jitter
+        self.random_interpolation = random_interpolation
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -81,12 +100,38 @@ class JpegFolder:
             img = img.convert("RGB")
             box = self.crop_box(img.width, img.height, rng)
             size = (self.image_size, self.image_size)
-            img = img.resize(size, Image.Resampling.BILINEAR, box=box)
+            resample = Image.Resampling.BILINEAR
+            if self.random_interpolation:
+                resample = rng.choice((Image.Resampling.BILINEAR, Image.Resampling.BICUBIC))
+            img = img.crop(box).resize(size, resample)  # torchvision's resized_crop on PIL
             if rng.random() < 0.5:
                 img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+            if self.color_jitter > 0:
+                img = jitter_colours(img, self.color_jitter, rng)
             data = bytearray(img.tobytes())
         pixels = torch.frombuffer(data, dtype=torch.uint8)
-        return pixels.view(self.image_size, self.image_size, 3).permute(2, 0, 1), label
+        chw = pixels.view(self.image_size, self.image_size, 3).permute(2, 0, 1)
+        if not self.normalise:
+            return chw, label
+        image = chw.contiguous().to(dtype=torch.float32).div(255)  # ToTensor
+        mean = torch.tensor(MEAN).view(3, 1, 1)
+        std = torch.tensor(STD).view(3, 1, 1)
+        return image.sub(mean).div_(std), label  # Normalize (on a copy, as its default)
+
+
+def jitter_colours(img: Any, strength: float, rng: random.Random) -> Any:
+    """torchvision's ``ColorJitter(strength, strength, strength)`` on a PIL image (what
+    timm's ``--color-jitter`` builds): brightness, contrast and saturation factors drawn
+    uniformly from [max(0, 1 - strength), 1 + strength], applied in a random order with
+    Pillow's ``ImageEnhance`` (what torchvision calls on PIL images); no hue change."""
+    from PIL import ImageEnhance
+
+    low, high = max(0.0, 1 - strength), 1 + strength
+    factors = [rng.uniform(low, high) for _ in range(3)]
+    enhancers = (ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color)
+    for index in rng.sample(range(3), 3):
+        img = enhancers[index](img).enhance(factors[index])
+    return img
 
 
 def jpeg_loader(
@@ -98,10 +143,20 @@ def jpeg_loader(
     rank: int = 0,
     world: int = 1,
     seed: int = 0,
+    normalise: bool = False,
+    color_jitter: float = 0.0,
+    random_interpolation: bool = False,
 ) -> Any:
-    """A DataLoader over `JpegFolder`, each rank reading its own shard."""
+    """A DataLoader over `JpegFolder` (its options: ``normalise``, ``color_jitter``,
+    ``random_interpolation``), each rank reading its own shard."""
     torch = _torch()
-    dataset = JpegFolder(root, image_size)
+    dataset = JpegFolder(
+        root,
+        image_size,
+        normalise=normalise,
+        color_jitter=color_jitter,
+        random_interpolation=random_interpolation,
+    )
     sampler = None
     if world > 1:
         from torch.utils.data.distributed import DistributedSampler
@@ -130,15 +185,36 @@ def epochs(loader: Any, count: int) -> Any:
 
 
 def synthetic_batches(
-    batch_size: int, image_size: int, classes: int, seed: int, device: Any, fixed: bool
+    batch_size: int,
+    image_size: int,
+    classes: int,
+    seed: int,
+    device: Any,
+    fixed: bool,
+    *,
+    normal: bool = False,
+    soft_targets: bool = False,
 ) -> Any:
-    """uint8 images and labels made once on the device: the same batch forever
-    (``fixed``, upstream's ``synthetic_fixed``) or fresh copies of it."""
+    """Images and targets made once on the device: the same batch forever (``fixed``,
+    upstream's ``synthetic_fixed``) or fresh copies of it.
+
+    Images: uint8 (normalised later by `normalise`), or with ``normal`` float32 drawn from
+    the standard normal distribution (already the scale of normalised images). Targets:
+    class indices, or with ``soft_targets`` a ``[batch, classes]`` float32 tensor of
+    uniform random values in [0, 1), which ``cross_entropy`` takes as class probabilities
+    (upstream's ``generate_tensor_classification``: ``randn`` inputs, ``rand_like`` of
+    the model's output as targets)."""
     torch = _torch()
     gen = torch.Generator().manual_seed(seed)
     shape = (batch_size, 3, image_size, image_size)
-    images = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen).to(device)
-    labels = torch.randint(0, classes, (batch_size,), generator=gen).to(device)
+    if normal:
+        images = torch.randn(shape, generator=gen).to(device)
+    else:
+        images = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen).to(device)
+    if soft_targets:
+        labels = torch.rand((batch_size, classes), generator=gen).to(device)
+    else:
+        labels = torch.randint(0, classes, (batch_size,), generator=gen).to(device)
     if fixed:
         return itertools.repeat((images, labels))
     return ((images.clone(), labels.clone()) for _ in itertools.count())
@@ -243,15 +319,21 @@ def image_batches(
     folder: str = "FakeImageNet",
 ) -> Any:
     """The batches of an image benchmark from its options: synthetic ones made on
-    ``device`` (``--synthetic-data``, ``--fixed-batch``) or this rank's share of the JPEG
-    folder (``--data``, default ``$MILABENCH_DIR_DATA/FakeImageNet``) for ``--epochs``."""
+    ``device`` (``--synthetic-data``, ``--fixed-batch``, ``--soft-targets``) or this
+    rank's share of the JPEG folder (``--data``, default
+    ``$MILABENCH_DIR_DATA/FakeImageNet``; ``--color-jitter``, ``--random-interpolation``)
+    for ``--epochs``. ``--normalise-in-workers``: float32 images, normalised by the
+    loader workers (standard-normal ones with ``--synthetic-data``); else uint8.
+    Options a benchmark does not have are off."""
     from benchkit.datasets import data_dir
 
     size = image_size or args.image_size
+    in_workers = getattr(args, "normalise_in_workers", False)
     if getattr(args, "synthetic_data", False):
         return synthetic_batches(
             args.batch_size, size, getattr(args, "classes", 10), args.seed + rank, device,
-            getattr(args, "fixed_batch", False),
+            getattr(args, "fixed_batch", False), normal=in_workers,
+            soft_targets=getattr(args, "soft_targets", False),
         )  # fmt: skip
     loader = jpeg_loader(
         args.data or data_dir(folder),
@@ -261,5 +343,56 @@ def image_batches(
         rank=rank,
         world=world,
         seed=args.seed,
+        normalise=in_workers,
+        color_jitter=getattr(args, "color_jitter", 0.0) or 0.0,
+        random_interpolation=getattr(args, "random_interpolation", False),
     )
     return epochs(loader, getattr(args, "epochs", 100_000))
+
+
+def classifier_footprint(
+    args: Any, world: int, ranks_per_node: int, *, channels_last: bool = False
+) -> Any:
+    """Memory of training an image classifier of ``args`` (``--model-source --model
+    --classes --batch-size --image-size --precision``) with its optimiser
+    (`optimizer_kind`), data-parallel over ``world`` ranks: `benchkit.memory.estimate` of
+    the model built on the meta device and one forward + backward of a batch (the
+    torchvision and Lightning entries)."""
+    from benchkit.memory import Workload, estimate
+
+    torch = _torch()
+
+    def make() -> Workload:
+        with torch.device("meta"):
+            model = build_model(args.model_source, args.model, args.classes)
+        model.train()
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+
+        def step() -> None:
+            size = args.image_size
+            images = torch.zeros(args.batch_size, 3, size, size).contiguous(memory_format=fmt)
+            labels = torch.zeros(args.batch_size, dtype=torch.long)
+            torch.nn.functional.cross_entropy(model(images), labels).backward()
+
+        return Workload([model], step)
+
+    return estimate(
+        make,
+        precision=args.precision,
+        optimizer=optimizer_kind(args),
+        parallel="ddp" if world > 1 else "none",
+        world=world,
+        ranks_per_node=ranks_per_node,
+    )
+
+
+def optimizer_kind(args: Any) -> str:
+    """The `benchkit.memory` optimiser of a classifier's options: ``adam`` for
+    ``--optimizer adam`` (Lightning's default), ``sgd-momentum`` for SGD with a momentum
+    buffer (``--momentum`` > 0, or Lightning's ``--optimizer sgd``), else plain ``sgd``."""
+    kind = getattr(args, "optimizer", None)
+    if kind == "adam":
+        return "adam"
+    if kind == "sgd" or (getattr(args, "momentum", 0) or 0) > 0:
+        return "sgd-momentum"
+    return "sgd"

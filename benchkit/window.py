@@ -13,7 +13,13 @@ measurement.md has the reasoning and the defaults):
 2. **measurement** lasts at least ``min`` seconds and at most ``max`` seconds; in between
    it ends as soon as the 95% confidence interval of the mean rate is narrower than
    ``precision`` (relative half-width) with at least ``min_observations`` observations.
-   ``stop`` (a step count) is an optional extra upper bound.
+   ``stop`` (a step count) is an optional extra upper bound;
+3. **target unreachable** (``stop_unreachable``, on by default): once ``min`` has passed,
+   the window also ends, with reason ``unreachable``, when its interval has stopped
+   shrinking as averaging noise would make it shrink *and* even the best shrinkage seen so
+   far could not bring it within ``precision`` by ``max`` (`Window.unreachable`). Measuring
+   on to ``max`` would then only spend time: the noise is not averaging out (a host that
+   slows down for seconds at a time), and the report says so with the cause it saw.
 
 The interval uses **batch means**: successive step rates are correlated (a slow period of
 the host, a thermal throttle, a garbage collection lasting several steps), and treating
@@ -203,6 +209,7 @@ class WindowSettings:
     max: float = 30.0
     precision: float = 0.02
     min_observations: int = 10
+    stop_unreachable: bool = True  # end early when the target cannot be met by max
     stop: int = 0  # measured observations at most (0: no count bound)
     skip: int = 0  # warm-up observations at least
 
@@ -210,6 +217,23 @@ class WindowSettings:
 WARMUP = "warmup"
 MEASURE = "measure"
 DONE = "done"
+
+# The target-unreachable rule (docs/measurement.md, "Stop when more time cannot help").
+# If the noise averages out, the interval's half-width h falls as t^-1/2 (half-width
+# ratio 0.71 per doubling of the window). At time t the rule compares h(t) with h at about
+# t/2 and reads the exponent ``a`` of the shrinkage seen, h ~ t^-a. The window ends when
+# (1) ``a`` is below `STALLED_EXPONENT` (the interval has stopped shrinking as it should)
+# and (2) h(t) x (t / max)^p is still above `UNREACHABLE_MARGIN` x precision, where
+# p = min(`PROJECTION_EXPONENT`, max(a, 0) + `EXPONENT_ALLOWANCE`): the interval is given
+# credit for shrinking faster from now on than it was seen to (up to an ideal average's
+# rate), and it would still be short of the target at max. The allowance and the margin
+# absorb the noise of a half-width estimated from 10-20 batch means (about 20%). The
+# values were chosen on recorded rate streams of a noisy and a quiet host and must never
+# end a window that would have met its target (scripts/window_replay.py).
+STALLED_EXPONENT = 0.25
+PROJECTION_EXPONENT = 0.5
+EXPONENT_ALLOWANCE = 0.5
+UNREACHABLE_MARGIN = 1.5
 
 
 @dataclass
@@ -220,7 +244,7 @@ class Window:
     hands over the steps completed since the last call: `add_warmup` for steps issued
     during warm-up, `add_measured` for the others; then `update` decides whether warm-up
     or measurement is over. ``done`` becomes true with ``reason`` saying why
-    (``precision``, ``max_time``, ``stop_count``); `finish` records ``ended`` (or
+    (``precision``, ``max_time``, ``stop_count``, ``unreachable``); `finish` records ``ended`` (or
     ``ended_in_warmup``) when the loop ran out first.
 
     Steps are routed by the caller, not by the time they are handed over, because on an
@@ -238,6 +262,14 @@ class Window:
     stats: BatchMeans = field(default_factory=BatchMeans)
     measured_seconds: float = 0.0
     busy_seconds: float = 0.0  # sum of the measured steps' own durations
+    # (measured seconds, relative half-width, observations) at each decision: the
+    # target-unreachable rule compares the interval now with the interval at half the time
+    history: list[tuple[float, float, int]] = field(default_factory=list)
+    unreachable_detail: dict[str, Any] | None = None  # why the window gave up, when it did
+    stalled_exponent: float = STALLED_EXPONENT
+    projection_exponent: float = PROJECTION_EXPONENT
+    exponent_allowance: float = EXPONENT_ALLOWANCE
+    unreachable_margin: float = UNREACHABLE_MARGIN
 
     @property
     def done(self) -> bool:
@@ -309,6 +341,49 @@ class Window:
             found = self.stats.interval()
             if found is not None and found[0] and found[1] / abs(found[0]) <= s.precision:
                 self.end("precision")
+            elif found is not None and found[0]:
+                halfwidth = found[1] / abs(found[0])
+                self.history.append((self.measured_seconds, halfwidth, n))
+                if s.stop_unreachable and self.unreachable(self.measured_seconds, halfwidth):
+                    self.end("unreachable")
+        elif s.max and n >= s.min_observations:
+            found = self.stats.interval()
+            if found is not None and found[0]:
+                self.history.append((self.measured_seconds, found[1] / abs(found[0]), n))
+
+    def unreachable(self, t: float, halfwidth: float) -> bool:
+        """Whether the target cannot be met by ``max`` (see `STALLED_EXPONENT`): the
+        interval at ``t`` compared with the last one recorded at ``t / 2`` or before (with
+        at least ``min_observations``). Sets `unreachable_detail` when it cannot."""
+        s = self.settings
+        if not s.max or t >= s.max or halfwidth <= s.precision:
+            return False
+        earlier = None
+        for entry in self.history:
+            if entry[0] > t / 2:
+                break
+            if entry[2] >= s.min_observations and entry[1] > 0:
+                earlier = entry
+        if earlier is None or earlier[0] <= 0:
+            return False
+        t1, h1, _ = earlier
+        exponent = math.log(h1 / halfwidth) / math.log(t / t1)
+        if exponent >= self.stalled_exponent:
+            return False
+        credit = min(self.projection_exponent, max(exponent, 0.0) + self.exponent_allowance)
+        projected = halfwidth * (t / s.max) ** credit
+        if projected <= self.unreachable_margin * s.precision:
+            return False
+        self.unreachable_detail = {
+            "at_s": round(t, 3),
+            "halfwidth": halfwidth,
+            "earlier_s": round(t1, 3),
+            "earlier_halfwidth": h1,
+            "exponent": round(exponent, 3),
+            "credit": round(credit, 3),
+            "projected_halfwidth": projected,
+        }
+        return True
 
     def end(self, reason: str) -> None:
         """The window is over, for ``reason``."""
@@ -368,4 +443,5 @@ class Window:
             "met": met,
             "min_observations": s.min_observations,
             "reason": self.reason,
+            **({"unreachable": self.unreachable_detail} if self.reason == "unreachable" else {}),
         }

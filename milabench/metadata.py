@@ -5,7 +5,11 @@ version and git commit) does not change during a run. The framework part (torch 
 and build settings) is read from *inside* each benchmark environment with a tiny probe
 that does not even start the interpreter: ``torch/version.py`` (version, CUDA/HIP
 versions, git revision) is read as data from the environment's site-packages, once per
-interpreter.
+interpreter, with the build the environment was installed as: the install variant from its
+marker (``cuda``, ``cuda12``, ``cpu``) and the CUDA runtime from its ``dist-info`` folders.
+On NVIDIA the record also names the CUDA build chosen for the node's driver
+(``cuda_build``, `milabench.monitor.cudabuild`), so that runs of different builds are
+told apart in reports.
 """
 
 from __future__ import annotations
@@ -95,6 +99,9 @@ def machine_metadata(system: dict | None = None) -> dict[str, Any]:
 
 
 _env_cache: dict[str, dict[str, Any]] = {}
+# The install marker's name (`milabench.envs.MARKER_NAME`; a test checks they agree): envs
+# sits above this module, so the name is repeated rather than imported.
+INSTALL_MARKER = "milabench-install.json"
 _TORCH_KEYS = ("__version__", "git_version", "cuda", "hip", "xpu", "debug")
 
 
@@ -164,8 +171,37 @@ def probe_environment(python: str) -> dict[str, Any]:
         if candidate.is_file():
             info["torch"] = torch_build(candidate)
             break
+    install = install_build(Path(python).parent.parent, dirs)
+    if install:
+        info["install"] = install
     _env_cache[python] = info
     return info
+
+
+def install_build(prefix: Path, site_dirs: list[Path]) -> dict[str, Any]:
+    """The build an environment holds: ``{"variant": "cuda12", "cuda_runtime": "12.8",
+    "runtime_package": "nvidia_cuda_runtime_cu12-12.8.90"}``; keys only for what is known
+    (the variant from the install marker, the runtime from a dist-info folder)."""
+    import json
+
+    from milabench.monitor.cudabuild import installed_runtime
+
+    out: dict[str, Any] = {}
+    try:
+        marker = json.loads((prefix / INSTALL_MARKER).read_text(encoding="utf-8"))
+        variant = marker["inputs"]["variant"]
+        if isinstance(variant, str):
+            out["variant"] = variant
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    for folder in site_dirs:
+        found = installed_runtime(folder)
+        if found:
+            (major, minor), package = found
+            out["cuda_runtime"] = f"{major}.{minor}"
+            out["runtime_package"] = package
+            break
+    return out
 
 
 async def probe_environment_async(python: str) -> dict[str, Any]:
@@ -174,6 +210,8 @@ async def probe_environment_async(python: str) -> dict[str, Any]:
 
 def meta_record(system: dict | None, environment: dict | None) -> dict[str, Any]:
     record = machine_metadata(system)
+    if (system or {}).get("cuda_build"):
+        record["cuda_build"] = system["cuda_build"]
     if environment is not None:
         record["environment"] = environment
         if isinstance(environment.get("torch"), dict):

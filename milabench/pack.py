@@ -30,6 +30,7 @@ IMPORT_NAMES: dict[str, str] = {
     "scikit-image": "skimage",
     "opencv-python": "cv2",
     "opencv-python-headless": "cv2",
+    "decord2": "decord",
     "beautifulsoup4": "bs4",
     "protobuf": "google.protobuf",
     "nvidia-ml-py": "pynvml",
@@ -43,6 +44,12 @@ IMPORT_NAMES: dict[str, str] = {
     "typing-extensions": "typing_extensions",
     "sentencepiece": "sentencepiece",
     "jax[cuda12]": "jax",
+    "jax[cuda13]": "jax",
+    # JAX's CUDA plugins (requirements.cuda*.in): importing them proves they are there
+    "jax-cuda12-plugin": "jax_cuda12_plugin",
+    "jax-cuda12-pjrt": "jax_plugins.xla_cuda12",
+    "jax-cuda13-plugin": "jax_cuda13_plugin",
+    "jax-cuda13-pjrt": "jax_plugins.xla_cuda13",
     "torch-geometric": "torch_geometric",
     "ptera": "ptera",
     "voir": "voir",
@@ -50,17 +57,24 @@ IMPORT_NAMES: dict[str, str] = {
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
-def requirement_names(path: Path) -> list[str]:
-    """Distribution names listed in a requirements file (options, URLs, comments skipped)."""
+def requirement_names(path: Path, _seen: frozenset[Path] = frozenset()) -> list[str]:
+    """Distribution names listed in a requirements file, and in the files it includes with
+    ``-r FILE`` (relative to it); other options, URLs and comments are skipped."""
     names: list[str] = []
-    if not path.is_file():
+    if not path.is_file() or path.resolve() in _seen:
         return names
     for raw in path.read_text(encoding="utf-8").splitlines():
         line = raw.split("#", 1)[0].strip()
+        if line.startswith(("-r ", "--requirement ")):
+            included = path.parent / line.split(None, 1)[1].strip()
+            names += [
+                n for n in requirement_names(included, _seen | {path.resolve()}) if n not in names
+            ]
+            continue
         if not line or line.startswith("-"):
             continue
         match = _REQ_NAME.match(line)
-        if match:
+        if match and match.group(1) not in names:
             names.append(match.group(1))
     return names
 
@@ -168,6 +182,17 @@ class BenchmarkPackage:
             return self.definition / "requirements.in"
         return self.definition / f"requirements.{variant}.txt"
 
+    def pin_input(self, variant: str | None) -> Path:
+        """What `milabench pin` compiles into ``requirements.<variant>.txt``: the folder's
+        ``requirements.<variant>.in`` when it has one (the CPU pins of the vision folders
+        leave torchvision out, the CUDA ones of the JAX folder ask for ``jax[cuda13]`` and
+        its plugin), else ``requirements.in``."""
+        if variant and variant != "unpinned":
+            own = self.definition / f"requirements.{variant}.in"
+            if own.is_file():
+                return own
+        return self.definition / "requirements.in"
+
     @property
     def key_imports(self) -> list[str]:
         """Modules to import to validate the environment (from ``requirements.in``).
@@ -177,19 +202,19 @@ class BenchmarkPackage:
         return [import_name(n) for n in requirement_names(self.definition / "requirements.in")]
 
     def key_imports_for(self, variant: str) -> list[str]:
-        """`key_imports` that the variant's pinned file installs: a variant may leave a
-        package out on purpose (the ``cpu`` pins of the vision folders have no
-        torchvision: PyPI's wheel is a CUDA build that fails at import next to the CPU
-        torch), and validating an import that was never installed would fail the group."""
-        pinned_file = Path(self.requirements_file(variant))
-        if type(self).key_imports is not BenchmarkPackage.key_imports or not pinned_file.is_file():
+        """The modules of the variant's `pin_input` that its pinned file installs: a
+        variant may leave a package out on purpose (the ``cpu`` pins of the vision folders
+        have no torchvision: PyPI's wheel is a CUDA build that fails at import next to the
+        CPU torch) or add one (JAX's CUDA plugin), and validating an import that was never
+        installed would fail the group. A benchfile's own `key_imports` win."""
+        if type(self).key_imports is not BenchmarkPackage.key_imports:
             return list(self.key_imports)
-        pinned = {_canonical(n) for n in requirement_names(pinned_file)}
-        return [
-            import_name(n)
-            for n in requirement_names(self.definition / "requirements.in")
-            if _canonical(n) in pinned
-        ]
+        names = requirement_names(self.pin_input(variant))
+        pinned_file = Path(self.requirements_file(variant))
+        if pinned_file.is_file():
+            pinned = {_canonical(n) for n in requirement_names(pinned_file)}
+            names = [n for n in names if _canonical(n) in pinned]
+        return [import_name(n) for n in names]
 
     # -- command line and environment ------------------------------------------------
     @property

@@ -62,6 +62,7 @@ TOOLS: dict[str, Tool] = {
         Tool("runuser", "util-linux"),
         Tool("mount", "mount"),
         Tool("hostname", "hostname"),
+        Tool("ip", "iproute2"),
         Tool("systemd-analyze", "systemd"),
         Tool("chromium", "chromium"),
         Tool("munged", "munge"),

@@ -24,8 +24,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchkit.flops import count_and_declare
+from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
-from benchkit.torchsetup import add_common_arguments, default_device, optimizer_step, setup
+from benchkit.torchsetup import add_common_arguments, optimizer_step, requested_device, setup
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,7 +54,7 @@ def make_model(args: argparse.Namespace) -> nn.Module:
 
 def setup_distributed(args: argparse.Namespace) -> tuple[torch.device, int, int]:
     """Join the process group when launched by torchrun; pick this rank's device."""
-    device_type = args.device or default_device()
+    device_type = requested_device(args)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     if device_type == "cpu":
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     device, rank, world = setup_distributed(args)
     run = setup(args, device=device)  # the same seed: the same initial weights on every rank
+    check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
 
     model = make_model(args).to(device)
     # One counted forward + backward on the plain module (no collective), rank 0 declares.

@@ -1,20 +1,31 @@
-"""Stable-Diffusion-style training and text-to-image generation with diffusers, from
-random weights.
+"""Stable-Diffusion training and text-to-image generation with diffusers, from random
+weights.
 
-The standard suite's diffusion-single / -gpus / -nodes (training) and txt-to-image-single
-(generation) entries. The three networks of Stable Diffusion 1.5 are built from their
-published configurations with random weights (nothing is downloaded):
+The standard suite's diffusion-single / -gpus / -nodes (training) and sd15-txt-to-image
+(generation) entries. The three networks are built from published configurations with
+random weights (nothing is downloaded):
+
+``--size sd2`` (training: upstream's ``Milabench/stable-diffusion-2``, Stable Diffusion 2's
+configuration files as stabilityai/stable-diffusion-2 publishes them):
 
 * ``UNet2DConditionModel``: 4 latent channels, blocks 320/640/1280/1280, 2 layers per
-  block, cross-attention on 768-wide text states (860M parameters), trained;
-* ``CLIPTextModel`` (transformers): 12 layers of width 768 over 77 tokens, frozen;
+  block, 5/10/20/20 heads of 64 with linear projections, cross-attention on 1024-wide
+  text states (866M parameters), trained;
+* ``CLIPTextModel`` (transformers): OpenCLIP ViT-H's text tower as SD2 ships it, 23
+  layers of width 1024 (16 heads, feed-forward 4096, GELU) over 77 tokens, frozen;
 * ``AutoencoderKL``: blocks 128/256/512/512, 512 px images <-> 64 x 64 x 4 latents, frozen.
 
-``--task train``: a step encodes a batch of 512 px images to latents (VAE, no grad) and
-its token ids to text states (CLIP, no grad), adds DDPM noise at random timesteps
-(``DDPMScheduler`` with SD's scaled-linear betas) and trains the UNet to predict it (MSE,
-AdamW). Images and token ids are synthetic, made on the device once (a pool of batches):
-the workload is the networks, as upstream's is once its data is cached.
+``--size sd15``: Stable Diffusion 1.5's (768-wide cross-attention, 8 heads; CLIP ViT-L's
+text encoder, 12 layers of width 768; the same VAE), the generation entry's.
+
+``--task train`` (upstream's ``diffusion/main.py``): a step encodes a batch of 512 px
+images to latents (VAE) and its token ids to text states (text encoder), both frozen and
+held in the autocast dtype (bf16: upstream casts them to ``weight_dtype``) outside
+autocast, adds DDPM noise at random timesteps (``DDPMScheduler`` with SD's scaled-linear
+betas) and trains the fp32 UNet under autocast to predict the noise (MSE; AdamW with
+weight decay 1e-2). Images in [-1, 1] and token ids are synthetic, a pool of batches in
+host memory copied to the device every step (upstream's loader hands host batches to the
+step; its decoding and resizing run in 8 worker processes).
 ``--task generate``: classifier-free guidance over ``--inference-steps`` DDIM steps from
 noise, then the VAE decodes; the rate is images/s.
 
@@ -32,12 +43,14 @@ import torch
 import torch.nn.functional as F
 
 from benchkit.flops import count_and_declare
+from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import (
     PRECISIONS,
     add_common_arguments,
-    default_device,
     init_distributed,
+    requested_device,
+    require_device,
     setup,
     teardown_distributed,
 )
@@ -71,6 +84,32 @@ SD15 = {
         num_hidden_layers=12,
         num_attention_heads=12,
         max_position_embeddings=77,
+    ),
+    "image": 512,
+}
+SD2 = {
+    "unet": dict(
+        sample_size=96,
+        in_channels=4,
+        out_channels=4,
+        block_out_channels=(320, 640, 1280, 1280),
+        layers_per_block=2,
+        down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+        up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3,
+        cross_attention_dim=1024,
+        attention_head_dim=(5, 10, 20, 20),  # diffusers' name for the head counts
+        use_linear_projection=True,
+    ),
+    "vae": SD15["vae"],
+    "clip": dict(
+        vocab_size=49408,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=23,
+        num_attention_heads=16,
+        max_position_embeddings=77,
+        hidden_act="gelu",
+        projection_dim=512,
     ),
     "image": 512,
 }
@@ -108,15 +147,17 @@ TINY = {
     ),
     "image": 32,
 }
+SHAPES = {"sd2": SD2, "sd15": SD15, "tiny": TINY}
 LATENT_SCALE = 0.18215  # SD's VAE scaling factor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=["train", "generate"], default="train")
-    parser.add_argument("--size", choices=["sd15", "tiny"], default="sd15")
+    parser.add_argument("--size", choices=list(SHAPES), default="sd2")
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--weight-decay", type=float, default=1e-2, help="AdamW (upstream's)")
     parser.add_argument("--inference-steps", type=int, default=50)
     parser.add_argument("--guidance", type=float, default=7.5)
     parser.add_argument("--backend", default=None, help="collectives under torchrun")
@@ -137,26 +178,33 @@ def build(shape: dict, device: torch.device) -> tuple[Any, Any, Any]:
 
 
 def batches(args: argparse.Namespace, shape: dict, device: torch.device, rank: int):
-    """A pool of (images in [-1, 1], token ids) batches, made on the device once."""
+    """A pool of (images in [-1, 1], token ids) batches made once in host memory; each is
+    copied to the device when it is used (as a loader's batch is)."""
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)
     size, tokens = shape["image"], shape["clip"]["max_position_embeddings"]
     vocab = shape["clip"]["vocab_size"]
     pool = [
         (
-            (torch.rand(args.batch_size, 3, size, size, generator=gen) * 2 - 1).to(device),
-            torch.randint(0, vocab, (args.batch_size, tokens), generator=gen).to(device),
+            torch.rand(args.batch_size, 3, size, size, generator=gen) * 2 - 1,
+            torch.randint(0, vocab, (args.batch_size, tokens), generator=gen),
         )
         for _ in range(4)
     ]
-    return itertools.cycle(pool)
+    return ((images.to(device), ids.to(device)) for images, ids in itertools.cycle(pool))
 
 
 def train(args: argparse.Namespace, shape: dict, device: torch.device, rank: int, world: int):
     from diffusers import DDPMScheduler
 
     run = setup(args, device=device)
+    check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
     unet, text, vae = build(shape, device)
     unet.train()
+    # upstream: encoder.to(device, dtype=weight_dtype), vae likewise (bf16); they run
+    # outside the UNet's autocast
+    frozen_dtype = run.amp_dtype or torch.float32
+    text.to(dtype=frozen_dtype)
+    vae.to(dtype=frozen_dtype)
     scheduler = DDPMScheduler(
         num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear"
     )
@@ -167,19 +215,20 @@ def train(args: argparse.Namespace, shape: dict, device: torch.device, rank: int
         model = DistributedDataParallel(
             unet, device_ids=[device.index] if device.type == "cuda" else None
         )
-    opt = torch.optim.AdamW(unet.parameters(), lr=args.lr)
+    opt = torch.optim.AdamW(unet.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scaler = run.grad_scaler()
     if rank == 0:
         n = sum(p.numel() for p in unet.parameters())
         print(
             f"diffusion: train {args.size} UNet ({n / 1e6:.1f}M parameters), batch "
-            f"{args.batch_size} per rank x {world}, {args.precision} on {device}",
+            f"{args.batch_size} per rank x {world}, {args.precision} on {device} (text "
+            f"encoder and VAE in {str(frozen_dtype).removeprefix('torch.')})",
             flush=True,
         )
 
     def loss_of(images: torch.Tensor, ids: torch.Tensor, net: Any) -> torch.Tensor:
-        with torch.no_grad(), run.autocast():
-            latents = vae.encode(images).latent_dist.sample() * LATENT_SCALE
+        with torch.no_grad():
+            latents = vae.encode(images.to(frozen_dtype)).latent_dist.sample() * LATENT_SCALE
             states = text(ids)[0]
         noise = torch.randn_like(latents)
         steps = torch.randint(0, 1000, (latents.shape[0],), device=device)
@@ -213,6 +262,7 @@ def generate(args: argparse.Namespace, shape: dict, device: torch.device) -> Non
     from diffusers import DDIMScheduler
 
     run = setup(args, device=device)
+    check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
     unet, text, vae = build(shape, device)
     unet.eval().requires_grad_(False)
     scheduler = DDIMScheduler(
@@ -250,9 +300,9 @@ def generate(args: argparse.Namespace, shape: dict, device: torch.device) -> Non
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    shape = SD15 if args.size == "sd15" else TINY
+    shape = SHAPES[args.size]
     if args.task == "generate":
-        generate(args, shape, torch.device(args.device or default_device()))
+        generate(args, shape, require_device(requested_device(args)))
         return
     device, rank, world = init_distributed(args)
     train(args, shape, device, rank, world)

@@ -28,6 +28,7 @@ import torch
 
 from benchkit import golden
 from benchkit.flops import declare_flops
+from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, setup
 
@@ -93,6 +94,7 @@ def calibrate_repeat(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, target
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     device = setup(args).device
+    check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
     configure_precision(args.dtype, device.type)
     on_cpu = device.type == "cpu"
     size = args.size or (1024 if on_cpu else 8192)

@@ -1,23 +1,38 @@
-"""Generate the synthetic molecules that ``pna`` and ``dimenet`` train on (idempotent).
+"""Generate the synthetic PCQM4Mv2-shaped molecules that ``pna`` and ``dimenet`` train on
+(idempotent).
 
 Gets the same argv as main.py; only ``--data`` and ``--num-samples`` matter here (the data
-does not follow the training ``--seed``). The file ``<data>/molecules-<num-samples>.pt`` is
-written once; its marker ``molecules-<num-samples>.done`` records the generation
-parameters, so a finished file is kept and other sizes live next to it (the smoke and
-standard suites can share a base).
+does not follow the training ``--seed``). The folder ``<data>/molecules-<num-samples>/``
+holds the SQLite database (``processed/sqlite.db``, upstream's schema, see molecules.py)
+and ``stats.json`` (target mean and standard deviation, in-degree histogram, atom and bond
+counts): main.py reads the statistics there instead of scanning the database at start-up
+as upstream does. Its marker ``molecules-<num-samples>.done`` records the generation
+parameters, so a finished data set is kept and other sizes live next to it (the smoke
+and standard suites can share a base).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import time
 from pathlib import Path
 
-from molecules import check_distances, dataset_name, generate, generation_params, save
+from molecules import (
+    check_distances,
+    dataset_name,
+    generate,
+    generation_params,
+    in_degree_histogram,
+    target_stats,
+    write_db,
+)
 
 from benchkit.datasets import data_dir, prepared
 
 FOLDER = "geo_gnn"
+STATS = "stats.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -29,26 +44,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def prepare(root: Path, num_samples: int, seed: int = 0) -> Path:
-    """The data set file under ``root``, generated unless already there."""
+    """The data set folder under ``root``, generated unless already there."""
     name = dataset_name(num_samples)
-    path = root / name
+    folder = root / name
     params = generation_params(num_samples, seed)
-    with prepared(root, params, marker=name.replace(".pt", ".done")) as prep:
-        if prep.done and path.exists():
-            print(f"already prepared: {num_samples} molecules in {path}", flush=True)
-            return path
+    with prepared(root, params, marker=f"{name}.done") as prep:
+        if prep.done and (folder / STATS).is_file():
+            print(f"already prepared: {num_samples} molecules in {folder}", flush=True)
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)  # a half-written database: start again
         start = time.perf_counter()
         data = generate(num_samples, seed)
-        save(data, path)
+        rows = write_db(folder, data)
+        mean, std = target_stats(data)
+        atoms, bonds = data["pos"].size(0), data["edge_index"].size(1) // 2
+        stats = {
+            "molecules": rows,
+            "atoms": atoms,
+            "bonds": bonds,
+            "y_mean": mean,
+            "y_std": std,
+            "in_degree_histogram": in_degree_histogram(data).tolist(),
+        }
+        (folder / STATS).write_text(json.dumps(stats, indent=1) + "\n")
         elapsed = time.perf_counter() - start
         prep.info["seconds"] = round(elapsed, 3)
         print(
-            f"generated {num_samples} molecules ({data['pos'].size(0)} atoms, "
-            f"{data['edge_index'].size(1) // 2} bonds, closest atoms "
-            f"{check_distances(data):.2f} A) in {path} in {elapsed:.1f} s",
+            f"generated {rows} molecules ({atoms / rows:.2f} atoms and {bonds / rows:.2f} "
+            f"bonds per molecule, closest atoms {check_distances(data):.2f} A) in {folder} "
+            f"in {elapsed:.1f} s",
             flush=True,
         )
-    return path
+    return folder
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,8 +5,11 @@ The model is ``transformers.LlavaForConditionalGeneration`` built from a ``Llava
 and CPUs) with random weights. It trains with the language-modelling loss on the
 (image, token sequence) pairs that ``prepare.py`` wrote: images decoded from ``.npy``,
 normalised with CLIP's mean and std on the device, the image placeholders in the token
-ids replaced by the projected patch features inside the model. Every parameter trains
-(AdamW). Throughput: items/s, one item = one (image, text) sample.
+ids replaced by the projected patch features inside the model; each sample keeps its own
+length (a batch is padded to its longest, pads out of the loss). Every parameter trains,
+as upstream's step does: the gradient norm clipped at 1.0 over all parameters, then
+torch's AdamW (not fused: lr 5e-5, weight decay 0.01). Throughput: items/s, one item =
+one (image, text) sample.
 
 ``--precision bf16`` keeps the weights, gradients and optimiser state in bf16 (what
 loading the checkpoint with ``torch_dtype=bfloat16`` and training it gives): fp32 master
@@ -28,6 +31,7 @@ from shapes import SIZES, Shape, data_folder
 
 from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare, declare_flops
+from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, init_distributed, setup, teardown_distributed
 
@@ -41,10 +45,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--size", choices=list(SIZES), default="7b")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--text-len", type=int, default=128, help="(prepare.py) text tokens")
+    parser.add_argument("--min-text-len", type=int, default=None, help="(prepare.py) fewest")
     parser.add_argument("--samples", type=int, default=128, help="(prepare.py) data set size")
     parser.add_argument("--data", default=None, help="default: $MILABENCH_DIR_DATA/llava-<size>")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
-    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument(
+        "--clip-grad", type=float, default=1.0, help="total gradient norm (0: no clipping)"
+    )
     parser.add_argument(
         "--gradient-checkpointing", action="store_true", help="trade compute for memory"
     )
@@ -119,6 +127,7 @@ class Samples(torch.utils.data.Dataset):
         try:
             self.images = np.load(os.path.join(root, "images.npy"), mmap_mode="r")
             self.ids = np.load(os.path.join(root, "input_ids.npy"), mmap_mode="r")
+            self.lengths = np.load(os.path.join(root, "lengths.npy"))
         except FileNotFoundError as exc:
             raise SystemExit(
                 f"llava: no data in {root}: run prepare.py with the same arguments"
@@ -139,10 +148,31 @@ class Samples(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         image = torch.from_numpy(self.images[i].copy())
-        ids = torch.from_numpy(self.ids[i].astype("int64"))
+        ids = torch.from_numpy(self.ids[i, : int(self.lengths[i])].astype("int64"))
         # The loss covers every text token, none of the image placeholders.
         labels = torch.where(ids == self.image_token, torch.full_like(ids, -100), ids)
         return image, ids, labels
+
+    def mean_text_len(self, shape: Shape) -> float:
+        return float(self.lengths.mean()) - shape.image_tokens
+
+
+class PadCollate:
+    """Stack a batch, the token ids padded to its longest sample (pad id; label -100), as
+    the processor's ``padding=True`` and upstream's labels do."""
+
+    def __init__(self, pad: int) -> None:
+        self.pad = pad
+
+    def __call__(self, samples: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        images = torch.stack([s[0] for s in samples])
+        longest = max(s[1].numel() for s in samples)
+        ids = torch.full((len(samples), longest), self.pad, dtype=torch.long)
+        labels = torch.full((len(samples), longest), -100, dtype=torch.long)
+        for row, (_, sample_ids, sample_labels) in enumerate(samples):
+            ids[row, : sample_ids.numel()] = sample_ids
+            labels[row, : sample_labels.numel()] = sample_labels
+        return images, ids, labels
 
 
 class Normalise:
@@ -202,6 +232,7 @@ def make_loader(
         num_workers=args.num_workers,
         persistent_workers=args.num_workers > 0,
         drop_last=True,
+        collate_fn=PadCollate(shape.pad_token),
     )
     if len(loader) == 0:  # every epoch would be empty: the loop would never end
         raise SystemExit(
@@ -222,8 +253,14 @@ def declare_step_flops(
         first = next(iter(loader))
         count_and_declare(lambda: step(first), args.batch_size, precision=args.precision)
         return
-    text_len = len(loader.dataset.ids[0]) - shape.image_tokens
+    text_len = round(loader.dataset.mean_text_len(shape))  # per sample, on average
     declare_flops(analytic_flops(shape, text_len), precision=args.precision)
+
+
+def make_optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
+    """Upstream's ``torch.optim.AdamW(model.parameters(), lr=5e-5)``: torch's defaults
+    (weight decay 0.01, the foreach implementation on GPUs, not the fused one)."""
+    return torch.optim.AdamW(model.parameters(), lr=args.lr)
 
 
 def data_parallel(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -243,6 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     device, rank, world = init_distributed(args)
     try:  # from here on, the process group is destroyed on every exit path
         setup(args, device=device)  # seed, threads, TF32 flags; no autocast (weights in dtype)
+        check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
         dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
         shape = SIZES[args.size]
         loader, root = make_loader(args, shape, rank, world)
@@ -252,12 +290,13 @@ def main(argv: list[str] | None = None) -> None:
             model.gradient_checkpointing_enable()
         model.train()
         normalise = Normalise(device, dtype)
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=device.type == "cuda")
+        opt = make_optimizer(model, args)
+        params = [p for p in model.parameters() if p.requires_grad]
         n_params = sum(p.numel() for p in model.parameters())
         if rank == 0:
             print(
                 f"llava: {args.size} ({n_params / 1e9:.2f}B parameters), batch {args.batch_size} x "
-                f"{len(loader.dataset.ids[0])} tokens ({shape.image_tokens} image), "
+                f"{len(loader.dataset.ids[0])} tokens at most ({shape.image_tokens} image), "
                 f"{shape.image_size} px, data {root}, {args.num_workers} workers, world size "
                 f"{world}, {args.precision} on {device}, {torch.get_num_threads()} threads",
                 flush=True,
@@ -286,6 +325,8 @@ def main(argv: list[str] | None = None) -> None:
             for batch in timed:
                 opt.zero_grad(set_to_none=True)
                 loss = step(batch)
+                if args.clip_grad:
+                    torch.nn.utils.clip_grad_norm_(params, args.clip_grad)
                 opt.step()
                 timed.record_loss(loss)
             epoch += 1

@@ -7,16 +7,38 @@ MLP, grouped-query attention), built with random weights: nothing is downloaded.
 ``8b`` and ``70b``: Llama-3.1-8B's and -70B's published shapes). Tokens are synthetic;
 throughput is tokens/s of the whole job.
 
-* ``--lora R``: peft LoRA adapters of rank R (alpha 2R) on the attention projections
-  (q, k, v, o); the base weights are frozen, only the adapters train.
+* ``--lora R``: peft LoRA adapters of rank R (alpha 2R, no dropout) on the q, v and
+  output projections of attention and the three MLP projections (gate, up, down), not on
+  k nor on the LM head (torchtune's ``lora_attn_modules: [q_proj, v_proj, output_proj]``,
+  ``apply_lora_to_mlp: True``, upstream's recipes); the adapters are made in
+  ``--param-dtype`` (torchtune builds them in the recipe's dtype); the base weights are
+  frozen, only the adapters train.
 * ``--grad-accum N``: the optimiser steps every N micro-batches (a timed step is one
   micro-batch; every N-th also pays for the optimiser step).
 * ``--param-dtype bf16``: weights (and so gradients and optimiser state) in bf16, as the
   fine-tuning recipes of the upstream entries keep them.
+* ``--gradient-checkpointing``: every decoder layer recomputed in the backward
+  (non-reentrant, as torchtune's ``enable_activation_checkpointing``). With LoRA the
+  frozen embeddings' output asks for no gradient (nothing below the first layer learns).
+* ``--adamw fused|foreach``: torch's AdamW kernels on a GPU (weight decay 0.01, torch's
+  default, as upstream's recipes). ``foreach`` (upstream's ``fused: False``) steps every
+  tensor with multi-tensor kernels that make a temporary the size of the trained weights.
 * Under torchrun (``WORLD_SIZE`` set): data-parallel by default (DDP over ``--backend``);
   ``--fsdp`` shards parameters, gradients and optimiser state instead (torch FSDP2,
-  ``fully_shard`` per decoder layer), ``--cpu-offload`` keeps the shards in host memory
-  (what a 70B full fine-tuning needs on 8 x 80 GB). Rank 0 reports the global tokens/s.
+  ``fully_shard`` per decoder layer, re-sharded after forward; the root unit keeps its
+  weights gathered from forward to backward, as torchtune's ``shard_model``);
+  ``--shard-embeddings`` makes the token embeddings and the LM head units of their own
+  (torchtune's ``custom_sharded_layers: ['tok_embeddings', 'output']``);
+  ``--cpu-offload`` keeps the shards in host memory (the optimiser steps on the CPU).
+  Rank 0 reports the global tokens/s.
+* Where the weights are made: a sharded model is built on the meta device (shapes, no
+  storage), sharded there, and each rank then materialises only its own shards, in the
+  ``--param-dtype`` asked for, on its GPU (or in host memory with ``--cpu-offload``) and
+  initialises them; nothing the size of the whole model ever exists on a rank (a 70B in
+  fp32 would be 280 GB per rank). Other models are built directly on the device, in
+  ``--param-dtype``. Before that, `footprint` estimates the run's memory per GPU and per
+  node from the model built on the meta device (`benchkit.memory`); an entry that cannot
+  fit this node skips with the numbers.
 
 Runs by hand too: ``python main.py --size tiny``.
 """
@@ -24,12 +46,22 @@ Runs by hand too: ``python main.py --size tiny``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
+from collections.abc import Iterator
 
 import torch
 
 from benchkit.flops import declare_flops
+from benchkit.memory import (
+    Footprint,
+    LiveBytes,
+    Workload,
+    estimate,
+    ranks,
+    skip_unless_it_fits,
+)
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, init_distributed, setup, teardown_distributed
 
@@ -61,9 +93,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step")
     parser.add_argument("--param-dtype", choices=sorted(PARAM_DTYPES), default="fp32")
     parser.add_argument("--fsdp", action="store_true", help="shard with FSDP2 under torchrun")
+    parser.add_argument(
+        "--shard-embeddings",
+        action="store_true",
+        help="FSDP: the token embeddings and the LM head as units of their own",
+    )
     parser.add_argument("--cpu-offload", action="store_true", help="FSDP shards in host memory")
+    parser.add_argument(
+        "--adamw",
+        choices=("fused", "foreach"),
+        default="fused",
+        help="AdamW kernels on a GPU (foreach: torch's default, upstream's fused: False)",
+    )
     add_common_arguments(parser, default_precision="bf16")
     return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Build modules with ``dtype`` weights (no fp32 copy made first)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def make_model(size: str, seq_len: int):
@@ -84,22 +138,47 @@ def make_model(size: str, seq_len: int):
     return LlamaForCausalLM(config), vocab
 
 
+#: The linear layers that get LoRA adapters, in transformers' names: torchtune's q_proj,
+#: v_proj and output_proj (o_proj) of attention and w1, w3, w2 (gate_proj, up_proj,
+#: down_proj) of the MLP; not k_proj, not the LM head (upstream's recipes).
+LORA_TARGETS = ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
 def add_lora(model, rank: int):
-    """peft LoRA adapters on q/k/v/o (alpha = 2 x rank, no dropout); base frozen."""
+    """peft LoRA adapters on `LORA_TARGETS` (alpha = 2 x rank, no dropout) in the dtype
+    the model is built in (not upcast to fp32: ``autocast_adapter_dtype=False``); the
+    base is frozen."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
         r=rank,
         lora_alpha=2 * rank,
         lora_dropout=0.0,
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        target_modules=list(LORA_TARGETS),
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    return get_peft_model(model, config, autocast_adapter_dtype=False)
+
+
+def base_model(model):
+    """The transformers model under a peft wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def fsdp_units(model, args: argparse.Namespace) -> list:
+    """The modules `shard` makes FSDP units of, below the root: every decoder layer and,
+    with ``--shard-embeddings``, the token embeddings and the LM head."""
+    units = decoder_layers(model)
+    if args.shard_embeddings:
+        base = base_model(model)
+        units += [base.get_input_embeddings(), base.get_output_embeddings()]
+    return units
 
 
 def shard(model, args: argparse.Namespace, device: torch.device):
-    """FSDP2: every decoder layer its own unit, then the root (embeddings, head)."""
+    """FSDP2 as torchtune's ``shard_model``: the `fsdp_units` re-shard after their
+    forward; the root (embeddings and head unless they are units, the final norm) keeps
+    its weights gathered until the backward is done."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     options = {}
@@ -107,52 +186,184 @@ def shard(model, args: argparse.Namespace, device: torch.device):
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
     if args.cpu_offload:
         options["offload_policy"] = CPUOffloadPolicy()
-    layers = [m for m in model.modules() if type(m).__name__ == "LlamaDecoderLayer"]
-    for layer in layers:
-        fully_shard(layer, **options)
-    fully_shard(model, **options)
+    for unit in fsdp_units(model, args):
+        fully_shard(unit, reshard_after_forward=True, **options)
+    fully_shard(model, reshard_after_forward=False, **options)
     return model
 
 
-def step_flops(model, tokens: int, lora: bool) -> float:
-    """Analytic FLOPs of one training step over ``tokens`` tokens (matmuls only).
+def build(args: argparse.Namespace, where: torch.device):
+    """The model of ``args`` built on ``where`` (a device, or meta) in ``--param-dtype``,
+    with checkpointing and LoRA adapters as asked; returns (model, vocabulary size)."""
+    with torch.device(where), default_dtype(PARAM_DTYPES[args.param_dtype]):
+        model, vocab = make_model(args.size, args.seq_len)
+        if args.gradient_checkpointing:
+            checkpoint_layers(model)
+        if args.lora:
+            model = add_lora(model, args.lora)
+    base = base_model(model)
+    if getattr(base, "_require_grads_hooks", None) or hasattr(base, "_require_grads_hook"):
+        # transformers and peft hook the embeddings so that their output asks for a
+        # gradient (what reentrant checkpointing needs): removed, so that, as in
+        # upstream's recipes, frozen embeddings make the first layer compute no input
+        # gradient
+        base.disable_input_require_grads()
+    return model, vocab
+
+
+def checkpoint_layers(model) -> None:
+    """Activation checkpointing of every decoder layer, non-reentrant (torchtune's
+    ``set_activation_checkpointing``)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    enable = enable or model.gradient_checkpointing_enable  # transformers < 5.23
+    enable({"use_reentrant": False})
+
+
+def decoder_layers(model) -> list:
+    return [m for m in model.modules() if type(m).__name__ == "LlamaDecoderLayer"]
+
+
+@torch.no_grad()
+def initialise(model, buffer_device: torch.device) -> None:
+    """Random weights for a model materialised from the meta device (``to_empty``): the
+    transformers initialisation of every module (normal weights, unit norms, the rotary
+    frequencies), LoRA's own for the adapters (B = 0); sharded parameters initialise
+    their local shards. The buffers (rotary frequencies, not sharded) go to
+    ``buffer_device``, where the compute runs."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for module in model.modules():
+        base._init_weights(module)
+        if hasattr(module, "reset_lora_parameters"):
+            for name in list(getattr(module, "lora_A", {})):
+                module.reset_lora_parameters(name, True)
+    for module in model.modules():
+        for name, buf in list(module.named_buffers(recurse=False)):
+            if buf is not None and buf.device != buffer_device:
+                module.register_buffer(
+                    name,
+                    buf.to(buffer_device),
+                    persistent=name not in module._non_persistent_buffers_set,
+                )
+
+
+def materialise_shards(model, args: argparse.Namespace, device: torch.device):
+    """Shard the meta-device ``model`` (FSDP2), then make each rank's shards, only them:
+    on its GPU, or in host memory with ``--cpu-offload``; initialised in place."""
+    model = shard(model, args, device)
+    model.to_empty(device=torch.device("cpu") if args.cpu_offload else device)
+    initialise(model, device)
+    return model
+
+
+def local_bytes(model) -> int:
+    """Bytes of the tensors this rank holds for ``model`` (its shards, under FSDP)."""
+    total = 0
+    for t in [*model.parameters(), *model.buffers()]:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        total += local.numel() * local.element_size()
+    return total
+
+
+def workload(args: argparse.Namespace) -> Workload:
+    """The model of ``args`` on the meta device and one step of a ``--batch-size`` x
+    ``--seq-len`` batch (`benchkit.memory`: estimates, FLOP counts)."""
+    model, _vocab = build(args, torch.device("meta"))
+    model.train()
+
+    def step() -> None:
+        ids = torch.zeros(args.batch_size, args.seq_len, dtype=torch.long)
+        model(input_ids=ids, labels=ids).loss.backward()
+
+    return Workload([model], step)
+
+
+def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Footprint:
+    """Memory of this entry per GPU and per node (`benchkit.memory`): the model built on
+    the meta device and one forward + backward of a ``--batch-size`` x ``--seq-len`` batch
+    measured there, then the parallelism's share (DDP buckets; FSDP shards over ``world``
+    ranks, two gathered units (`fsdp_units`) and the root's weights, gathered from
+    forward to backward; CPU offload's shards in host memory) and the optimiser's (foreach
+    AdamW's temporary at the step)."""
+    sharded = world > 1 and args.fsdp
+    foreach = args.adamw == "foreach" and not (sharded and args.cpu_offload)
+    return estimate(
+        lambda: workload(args),
+        precision=args.precision,
+        optimizer="adamw-foreach" if foreach else "adamw",
+        parallel="fsdp" if sharded else ("ddp" if world > 1 else "none"),
+        world=world,
+        ranks_per_node=ranks_per_node,
+        cpu_offload=sharded and args.cpu_offload,
+        units=lambda work: fsdp_units(work.trained[0], args),
+        built_on="meta" if sharded else "device",
+        extra_gpu=root_bytes(args) if sharded else 0,
+    )
+
+
+def root_bytes(args: argparse.Namespace) -> int:
+    """Bytes of the weights FSDP's root unit holds gathered through a step: the token
+    embeddings and the LM head (unless they are units of their own) and the final norm;
+    each rank keeps 1/world of them besides (counted with the shards)."""
+    hidden, _layers, _heads, _kv, _intermediate, vocab = SIZES[args.size]
+    size = PARAM_DTYPES[args.param_dtype].itemsize
+    return size * (hidden + (0 if args.shard_embeddings else 2 * vocab * hidden))
+
+
+def step_flops(model, tokens: int, lora: bool, seq_len: int = 0) -> float:
+    """Analytic model FLOPs of one training step over ``tokens`` tokens in sequences of
+    ``seq_len`` (0: attention left out), recomputation excluded.
 
     Full training: 6 x parameters per token (forward 2, backward 4). LoRA: the frozen
-    base costs its forward (2) and the input gradients of its backward (2), the adapters
-    the full 6; the embedding lookup costs nothing. (A 70B step cannot be counted
-    cheaply; tests check this formula against `benchkit.flops.count_flops`.)"""
+    base costs its forward (2) and the input gradients of its backward (2), except the
+    first layer's projections that read its input (the frozen embeddings' output, which
+    asks no gradient): forward only; the adapters cost the full 6; the embedding lookup
+    costs nothing. Attention's two products add
+    ``12 x layers x hidden x seq_len`` per token (forward 4, backward 8; the full square,
+    as the FLOP counter and the usual MFU convention count it). Activation
+    checkpointing's recomputed forwards are work of the device, not of the model: never
+    counted. (Tests check this formula against `benchkit.flops.count_flops` at every
+    LLM entry's shape, on the meta device.)"""
     embed = model.get_input_embeddings().weight.numel()
     total = sum(p.numel() for p in model.parameters())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    config = model.config
+    attention = 12.0 * config.num_hidden_layers * config.hidden_size * seq_len * tokens
     if not lora:
-        return 6.0 * (total - embed) * tokens
-    return (4.0 * (total - trained - embed) + 6.0 * trained) * tokens
+        return 6.0 * (total - embed) * tokens + attention
+    # frozen embeddings: the first layer's input asks no gradient, so its projections
+    # that read it (q, k, v; gate, up) compute none
+    first = decoder_layers(model)[0]
+    reads_input = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+    no_input_grad = sum(
+        p.numel()
+        for name, p in first.named_parameters()
+        if not p.requires_grad and set(name.split(".")) & set(reads_input)
+    )
+    frozen = total - trained - embed
+    return (4.0 * frozen - 2.0 * no_input_grad + 6.0 * trained) * tokens + attention
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device, rank, _world = init_distributed(args)
+    device, rank, world = init_distributed(args)
     run = setup(args, device=device)
     distributed = "WORLD_SIZE" in os.environ
 
-    model, vocab = make_model(args.size, args.seq_len)
-    if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        if args.lora:  # frozen embeddings: checkpointed blocks need an input with a grad
-            model.enable_input_require_grads()
-    model.to(dtype=PARAM_DTYPES[args.param_dtype])
-    if args.lora:
-        model = add_lora(model, args.lora)
-    step_tokens = args.batch_size * args.seq_len
-    flops = step_flops(model, step_tokens, bool(args.lora))
     if args.cpu_offload and device.type == "cpu":
         args.cpu_offload = False  # the shards are in host memory already
-    if distributed and args.fsdp:
-        model = shard(model, args, device)
-        if not args.cpu_offload:
-            model.to(device)
+    sharded = distributed and args.fsdp
+    skip_unless_it_fits(lambda: footprint(args, *ranks()), device, label=f"llm {args.size}")
+    step_tokens = args.batch_size * args.seq_len
+    if sharded:
+        # counted: every tensor this rank makes while it builds (its shards, nothing more)
+        with LiveBytes(meta=False) as startup:  # what holds memory: not meta
+            model, vocab = build(args, torch.device("meta"))
+            flops = step_flops(model, step_tokens, bool(args.lora), args.seq_len)
+            whole = sum(p.numel() * p.element_size() for p in model.parameters())
+            model = materialise_shards(model, args, device)
     else:
-        model.to(device)
+        model, vocab = build(args, device)
+        flops = step_flops(model, step_tokens, bool(args.lora), args.seq_len)
     model.train()
     if distributed and not args.fsdp:
         from torch.nn.parallel import DistributedDataParallel
@@ -161,7 +372,9 @@ def main(argv: list[str] | None = None) -> None:
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
     trained = [p for p in model.parameters() if p.requires_grad]
-    fused = device.type == "cuda" and not args.cpu_offload
+    # fused: one kernel per group of tensors; foreach (fused=False on a GPU): torch's
+    # multi-tensor kernels; with CPU offload the step runs on the CPU
+    fused = device.type == "cuda" and not args.cpu_offload and args.adamw == "fused"
     opt = torch.optim.AdamW(trained, lr=args.lr, fused=fused)
     scaler = run.grad_scaler()
     if rank == 0:
@@ -177,6 +390,12 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
         declare_flops(flops / step_tokens, precision=args.precision, source="analytic")
+    if sharded:  # every rank: what it holds and the most it ever made while starting
+        print(
+            f"llm rank {rank}: materialised {local_bytes(model)} of {whole} bytes of "
+            f"weights, start-up peak {startup.peak} bytes",
+            flush=True,
+        )
 
     gen = torch.Generator().manual_seed(args.seed + rank)
     pool = [

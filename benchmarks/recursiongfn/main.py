@@ -6,30 +6,37 @@ width 128 and 4 layers, 128 trajectories per step, trajectory balance with a lea
 conditional log Z, a fixed proxy model as the reward, temperature 64). The gflownet
 package is not on the package registries, and its reward proxy is a download; the
 environment (`env.py`), the networks (`model.py`) and the loss are written here with the
-same computational shape. One training step:
+same computational shape. It is not upstream's workload (no RDKit chemistry, a random
+proxy, sampling in the training process): the standard suite keeps it unweighted
+(docs/parity.md). One training step:
 
-1. sample ``--batch-size`` trajectories with the current policy (no gradient): a policy
+1. sample ``--batch-size`` trajectories (no gradient) with the *sampling model*, an
+   exponential moving average of the policy (upstream's ``algo.sampling_tau`` 0.9): a
    forward over the batch of unfinished graphs per action, until every one has stopped;
 2. score the final graphs with the proxy: ``log R = beta * log(proxy)``;
 3. recompute the forward log-probabilities of every transition in one batched forward
    pass (with gradient), sum them per trajectory and minimise
-   ``(log Z + sum log P_F - log R - sum log P_B)^2``, Adam, gradient norm clipped.
+   ``(log Z + sum log P_F - log R - sum log P_B)^2``, Adam, gradient norm clipped; then
+   move the sampling model towards the policy.
 
-Throughput is trajectories per second. Runs by hand too: ``python main.py --batch-size 16
+Throughput is graph nodes per second, counted as upstream counts them: the nodes of every
+state graph the step trains on (one per transition; the empty graph counts one node, as
+gflownet represents it). Runs by hand too: ``python main.py --batch-size 16
 --layer-width 32 --num-layers 2``.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from env import GraphBuildingEnv, States
 from model import GraphTransformerPolicy, LogZ, Proxy, thermometer
 
-from benchkit.flops import count_and_declare
+from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import Setup, add_common_arguments, setup
 
@@ -47,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--lr-logz", type=float, default=1e-3)
     parser.add_argument("--clip-grad", type=float, default=10.0, help="total gradient norm")
+    parser.add_argument(
+        "--sampling-tau", type=float, default=0.9, help="EMA of the sampling model (0: none)"
+    )
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     if args.layer_width % args.heads:
@@ -64,6 +74,11 @@ class Trajectories:
     owner: torch.Tensor
     log_pb: torch.Tensor
     final: States
+
+    def node_count(self) -> torch.Tensor:
+        """Nodes of every state graph (the empty graph counts one): upstream's item. A
+        device scalar: the timer reads it later, without a synchronisation here."""
+        return self.states.n.clamp_min(1).sum()
 
 
 def sample(
@@ -122,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     run = setup(args)
     device = run.device
+    check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
     env = GraphBuildingEnv(args.max_nodes, args.num_types, max_steps=args.max_steps, device=device)
     policy = GraphTransformerPolicy(env, args.layer_width, args.num_layers, args.heads).to(device)
     logz = LogZ(args.layer_width).to(device)
@@ -137,41 +153,60 @@ def main(argv: list[str] | None = None) -> None:
     cond = thermometer(beta)
     params = list(policy.parameters()) + list(logz.parameters())
 
-    def loss_of_new_batch() -> torch.Tensor:
-        traj = sample(env, policy, cond, args.batch_size)
+    # The sampling model: a copy of the policy that follows it by an exponential moving
+    # average after every update (tau 0 samples with the policy itself).
+    sampler = copy.deepcopy(policy).requires_grad_(False) if args.sampling_tau else policy
+    policy_params, sampler_params = list(policy.parameters()), list(sampler.parameters())
+
+    def batches() -> Iterator[Trajectories]:
+        """Trajectories sampled for the next step (inside the timed interval, as
+        upstream's loader hands its sampled batches to the step)."""
+        while True:
+            yield sample(env, sampler, cond, args.batch_size)
+
+    def loss_of(traj: Trajectories) -> torch.Tensor:
         return trajectory_balance(policy, logz, proxy, traj, cond, args.beta, run)
 
     # Sampling + proxy + the batched forward/backward, counted once: matmuls (attention
     # projections, feed-forward layers, heads) only, not the graph gathers and scatters,
     # so it is a lower bound; trajectory lengths vary from step to step.
-    per_trajectory = count_and_declare(
-        lambda: loss_of_new_batch().backward(), args.batch_size, precision=args.precision
-    )
+    counted: dict[str, Trajectories] = {}
+
+    def counted_step() -> None:
+        counted["traj"] = sample(env, sampler, cond, args.batch_size)
+        loss_of(counted["traj"]).backward()
+
+    from benchkit.flops import count_flops, declare_flops
+
+    total = count_flops(counted_step)
+    nodes = int(counted["traj"].node_count())
+    declare_flops(total / nodes, precision=args.precision, source="counted")
     opt.zero_grad(set_to_none=True)
     n_params = sum(p.numel() for p in policy.parameters())
     print(
         f"recursiongfn: graph transformer width {args.layer_width}, {args.num_layers} layers "
-        f"({n_params / 1e6:.2f}M parameters), {args.batch_size} trajectories per step, "
-        f"at most {args.max_nodes} nodes of {args.num_types} types, {args.precision} on {device}, "
-        f"{torch.get_num_threads()} threads, {per_trajectory / 1e6:.1f} counted MFLOP per "
-        "trajectory",
+        f"({n_params / 1e6:.2f}M parameters), {args.batch_size} trajectories per step "
+        f"({nodes} state-graph nodes in the counted one), at most {args.max_nodes} nodes of "
+        f"{args.num_types} types, sampling tau {args.sampling_tau}, {args.precision} on "
+        f"{device}, {torch.get_num_threads()} threads, {total / nodes / 1e6:.2f} counted "
+        "MFLOP per node",
         flush=True,
     )
 
     timed = TimedIterator(
-        itertools.repeat(args.batch_size),
-        batch_size_fn=lambda b: b,
-        device=device,
-        units="trajectories/s",
+        batches(), batch_size_fn=lambda traj: traj.node_count(), device=device, units="nodes/s"
     )
-    for _ in timed:
-        loss = loss_of_new_batch()
+    for traj in timed:
+        loss = loss_of(traj)
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(params, args.clip_grad)
         scaler.step(opt)
         scaler.update()
+        if sampler is not policy:
+            with torch.no_grad():
+                torch._foreach_lerp_(sampler_params, policy_params, 1.0 - args.sampling_tau)
         timed.record_loss(loss)
 
 

@@ -1,30 +1,42 @@
-"""RLHF with PPO on randomly initialised GPT-NeoX models (pythia-1b shape), plain torch.
+"""RLHF with PPO on randomly initialised GPT-NeoX models (pythia-160m shape), the step of
+trl's ``PPOTrainer``.
 
-One timed step is one PPO iteration as trl's ``PPOTrainer`` runs it, on a batch of
-synthetic prompts:
+What upstream milabench's ``rlhf`` runs is trl's (v0.29.1) experimental ``PPOTrainer``
+with ``PPOConfig``'s defaults, except the batch (64 prompts per device). Its four models
+come from ``sft_model_path`` and ``reward_model_path``, which upstream leaves at trl's
+default, ``EleutherAI/pythia-160m`` (the entry's ``pythia-1b-deduped`` only picks the
+tokenizer); they load in fp32. One timed step here is one of trl's PPO iterations, the
+same calls on the same shapes:
 
-1. **rollout**: the policy samples a response to every prompt, token by token with its
-   KV cache (temperature sampling, fixed response length); the log-probabilities of the
-   sampled tokens come from the generation logits (as in trl);
-2. **scoring**: a frozen reference policy (the policy's initial weights) gives reference
-   log-probabilities (per-token KL penalty), a frozen reward model (GPT-NeoX with a scalar
-   head) scores each whole sequence, and the value model estimates per-token values;
-3. **advantages**: rewards = -kl_coef * KL per token + the score on the last token;
-   generalised advantage estimation (gamma, lambda), whitened advantages;
-4. **update**: ``--ppo-epochs`` passes over the batch in ``--mini-batches`` mini-batches,
-   each a forward of the policy and the value model with gradients, PPO's clipped policy
-   loss + clipped value loss, backward and one AdamW step on both models (trl's
-   ``PolicyAndValueWrapper``).
+1. **rollout**, in fp32 without autocast (trl runs the unwrapped models, outside the
+   autocast that accelerate puts around the trained wrapper only): the policy samples 53
+   tokens per prompt with ``generate`` (temperature 0.7, no top-k / top-p, no stop token:
+   every response has its 53 tokens), its per-step scores kept; the reference's logits
+   over the whole sequence give the reference log-probabilities; the value and reward
+   backbones run over the whole sequence and their scalar heads over every position
+   (values per response token, the score at the last one). Log-probabilities are gathered
+   as trl does (logsumexp row by row);
+2. **advantages**: per-token KL penalty (k1, coefficient 0.05) plus the score on the last
+   token, GAE (gamma 1, lambda 0.95), masked whitening;
+3. **update**: 4 PPO epochs of 1 mini-batch; each runs the policy and the value backbone
+   with their heads over every position under bf16 autocast, outputs cast to fp32 (what
+   accelerate's wrapper returns), clipped policy and value losses, backward and a fused
+   AdamW step (transformers' default optimiser for torch >= 2.8: lr 3e-6, eps 1e-8, no
+   weight decay, no gradient clipping), then trl's no-grad statistics (entropy over the
+   full vocabulary, clip fractions, approximate KL);
+4. trl's bookkeeping that costs device time: ``torch.cuda.empty_cache()`` after each
+   phase, ``gc.collect()``, and 14 step statistics gathered across ranks and read back.
 
-Four models of the same shape, as in trl's PPO example (policy and reference from the
-SFT checkpoint, reward and value from the reward checkpoint): here all random, with the
-reference a copy of the policy and the value model a copy of the reward model. Nothing is
-downloaded; prompts are random token ids. Throughput: items/s, one item = one
-(prompt + response) sequence.
+No activation checkpointing: trl's ``gradient_checkpointing`` default (True) is applied by
+``Trainer.train``, which ``PPOTrainer`` replaces; nothing in its own ``train`` turns it on.
+The reference is a copy of the policy and the value model of the reward model (trl loads
+them from the same checkpoints). Nothing is downloaded; prompts are random token ids
+(``--prompt-len`` each, no padding). Throughput: prompt tokens per second, what upstream
+counts (``batch_size_fn``: batch x padded prompt length).
 
 Under torchrun (``WORLD_SIZE`` set) the policy and value models train data-parallel
-(DistributedDataParallel over ``--backend``); every rank generates for its own prompts,
-and rank 0 reports the global rate.
+(DistributedDataParallel over ``--backend``, as accelerate wraps them); every rank
+generates for its own prompts, and rank 0 reports the global rate.
 
 Runs by hand too: ``python main.py --size tiny --precision fp32``.
 """
@@ -32,6 +44,7 @@ Runs by hand too: ``python main.py --size tiny --precision fp32``.
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -40,26 +53,29 @@ import torch
 from torch import nn
 
 from benchkit.flops import declare_flops
+from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import (
     add_common_arguments,
     init_distributed,
-    optimizer_step,
     setup,
     teardown_distributed,
 )
 
 SIZES = {
-    # name: (hidden, layers, heads, intermediate, vocab)
-    "tiny": (64, 2, 2, 256, 512),
-    "pythia-160m": (768, 12, 12, 3072, 50304),
-    "pythia-1b": (2048, 16, 8, 8192, 50304),  # EleutherAI/pythia-1b-deduped
+    # name: (hidden, layers, heads, intermediate, vocab, tokenizer tokens)
+    "tiny": (64, 2, 2, 256, 512, 500),
+    "pythia-160m": (768, 12, 12, 3072, 50304, 50277),  # EleutherAI/pythia-160m
+    "pythia-1b": (2048, 16, 8, 8192, 50304, 50277),  # EleutherAI/pythia-1b-deduped
 }
+#: trl's PPOConfig.local_rollout_forward_batch_size: rollout forwards in chunks this big.
+ROLLOUT_CHUNK = 64
+INVALID_LOGPROB = 1.0  # trl's fill value for masked log-probabilities
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=list(SIZES), default="pythia-1b")
+    parser.add_argument("--size", choices=list(SIZES), default="pythia-160m")
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per step and rank")
     parser.add_argument("--prompt-len", type=int, default=64, help="prompt tokens")
     parser.add_argument("--response-len", type=int, default=53, help="generated tokens")
@@ -85,11 +101,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def pad_token(size: str) -> int:
+    """The pad id: one past the tokenizer's tokens (upstream adds ``[PAD]`` to pythia's
+    tokenizer, which gets id 50277; the embedding has rows up to 50303)."""
+    return SIZES[size][5]
+
+
 def neox_config(size: str) -> Any:
     """pythia's architecture (parallel residual, rotary on 25% of each head, untied head)."""
     from transformers import GPTNeoXConfig
 
-    hidden, layers, heads, intermediate, vocab = SIZES[size]
+    hidden, layers, heads, intermediate, vocab, _tokens = SIZES[size]
     return GPTNeoXConfig(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -97,31 +119,31 @@ def neox_config(size: str) -> Any:
         num_attention_heads=heads,
         intermediate_size=intermediate,
         max_position_embeddings=2048,
+        rotary_pct=0.25,
         use_parallel_residual=True,
         tie_word_embeddings=False,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         classifier_dropout=0.0,
         num_labels=1,  # reward and value models: one scalar per position
+        pad_token_id=pad_token(size),
     )
 
 
 class PolicyAndValue(nn.Module):
-    """The two trained models behind one module, so that one DDP wrapper and one
-    optimiser cover both (what trl's PolicyAndValueWrapper does)."""
+    """trl's ``PolicyAndValueWrapper``: the two trained models behind one module (one DDP
+    wrapper, one optimiser). A forward runs the value backbone (all hidden states) and
+    its head over every position, then the policy with the same arguments."""
 
     def __init__(self, policy: nn.Module, value: nn.Module) -> None:
         super().__init__()
         self.policy = policy
         self.value = value
 
-    def forward(self, seq: torch.Tensor, response_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Policy logits predicting each response token, and the value of each position
-        that precedes a response token."""
-        logits = self.policy(input_ids=seq, logits_to_keep=response_len + 1).logits[:, :-1]
-        hidden = self.value.gpt_neox(input_ids=seq).last_hidden_state
-        values = self.value.score(hidden[:, -response_len - 1 : -1]).squeeze(-1)
-        return logits, values
+    def forward(self, **kwargs: Any) -> tuple[Any, torch.Tensor]:
+        critic = self.value.gpt_neox(**kwargs)
+        values = self.value.score(critic.hidden_states[-1])
+        return self.policy(**kwargs), values
 
 
 @dataclass
@@ -139,9 +161,10 @@ class Models:
 
 
 def build_models(size: str, device: torch.device) -> Models:
-    """Random policy and reward model; the reference and the value model start as copies
-    of them (trl loads them from the same checkpoints). Built on ``device`` directly: 8
-    processes building 4 x 1B fp32 models in host memory would not fit there."""
+    """Random policy and reward model in fp32; the reference and the value model start as
+    copies of them (trl loads them from the same checkpoints). Built on ``device``
+    directly. No stop token: generation runs to its full length (trl's default
+    ``stop_token_id`` None sets the policy's ``eos_token_id`` to None)."""
     from transformers import GPTNeoXForCausalLM, GPTNeoXForSequenceClassification
 
     config = neox_config(size)
@@ -152,123 +175,284 @@ def build_models(size: str, device: torch.device) -> Models:
         value = GPTNeoXForSequenceClassification(config)
     reference.load_state_dict(policy.state_dict())
     value.load_state_dict(reward.state_dict())
+    policy.generation_config.eos_token_id = None
+    policy.generation_config.pad_token_id = pad_token(size)
     for frozen in (reference, reward):
         frozen.requires_grad_(False).eval()
     return Models(PolicyAndValue(policy, value).train(), reference, reward)
 
 
+def generation_config(args: argparse.Namespace) -> Any:
+    """trl's sampling settings: ``response_length`` new tokens, temperature + 1e-7, top-k 0
+    and top-p 1 (neither filter applies), sampling, no stop token."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        max_new_tokens=args.response_len,
+        temperature=args.temperature + 1e-7,
+        top_k=0,
+        top_p=1.0,
+        do_sample=True,
+        eos_token_id=None,
+        pad_token_id=pad_token(args.size),
+    )
+
+
+def empty_cache() -> None:
+    """trl's ``empty_cache()`` (called after each phase of its step)."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits).gather(index)`` computed as trl computes it: for fp32 logits,
+    the gathered logits minus a logsumexp taken one row of the batch at a time; for
+    half-precision logits, log_softmax row by row."""
+    index = index.unsqueeze(-1)
+    if logits.dtype in (torch.float32, torch.float64):
+        picked = torch.gather(logits, dim=-1, index=index).squeeze(-1)
+        norm = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
+        return picked - norm
+    rows = [
+        torch.log_softmax(row, dim=-1).gather(-1, idx).squeeze(-1)
+        for row, idx in zip(logits, index, strict=True)
+    ]
+    return torch.stack(rows)
+
+
+def first_true(bools: torch.Tensor) -> torch.Tensor:
+    """Index of the first True per row (the row length when there is none)."""
+    length = bools.size(-1)
+    ranks = length * (~bools).long() + torch.arange(length, device=bools.device)
+    return ranks.min(dim=-1).values
+
+
+def lm_inputs(seq: torch.Tensor, pad: int) -> dict[str, Any]:
+    """trl's ``forward`` arguments: pads masked out, positions counted over real tokens,
+    every hidden state returned."""
+    mask = seq != pad
+    return dict(
+        input_ids=seq.masked_fill(~mask, 0),
+        attention_mask=mask,
+        position_ids=mask.cumsum(1) - mask.long(),
+        return_dict=True,
+        output_hidden_states=True,
+    )
+
+
+def score_all(model: nn.Module, seq: torch.Tensor, pad: int) -> torch.Tensor:
+    """trl's ``get_reward``: the backbone over the whole sequence, the scalar head over
+    every position; ``[batch, length, 1]``."""
+    out = model.gpt_neox(**lm_inputs(seq, pad), use_cache=False)
+    return model.score(out.hidden_states[-1])
+
+
+def to_fp32(value: Any) -> Any:
+    """What accelerate's ``convert_outputs_to_fp32`` does to the wrapper's outputs: every
+    half-precision tensor, also inside tuples and model outputs, cast to fp32."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype in (torch.float16, torch.bfloat16) else value
+    if isinstance(value, tuple | list):
+        return type(value)(to_fp32(v) for v in value)
+    if isinstance(value, dict):  # transformers' ModelOutput is an OrderedDict
+        for key in list(value.keys()):
+            value[key] = to_fp32(value[key])
+        return value
+    return value
+
+
 @dataclass
 class Rollout:
-    """What the no-grad part of a step hands to the update (all ``[batch, response]``,
-    except ``seq`` ``[batch, prompt + response]``)."""
+    """What the no-grad part of a step hands to the update (``[batch, response]`` unless
+    said otherwise)."""
 
-    seq: torch.Tensor
+    seq: torch.Tensor  # [batch, prompt + response]
+    responses: torch.Tensor
     logprobs: torch.Tensor
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    padding: torch.Tensor  # response positions after the end (none without a stop token)
+    padding_p1: torch.Tensor
     score: torch.Tensor  # [batch]
     kl: torch.Tensor
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Log-probabilities of ``tokens`` under temperature-scaled logits (in fp32)."""
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (values * mask).sum() / mask.sum()
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    mean = masked_mean(values, mask)
+    centred = values - mean
+    var = masked_mean(centred**2, mask) * mask.sum() / (mask.sum() - 1)
+    return (values - mean) * torch.rsqrt(var + 1e-8)
 
 
 @torch.no_grad()
-def generate(
-    policy: nn.Module, prompts: torch.Tensor, response_len: int, temperature: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample ``response_len`` tokens per prompt with the KV cache; returns the tokens and
-    their log-probabilities. No early stop at EOS: every step does the same work (trl
-    also generates to its response length, then masks what follows a stop token)."""
-    out = policy(input_ids=prompts, use_cache=True, logits_to_keep=1)
-    tokens, logps = [], []
-    for i in range(response_len):
-        logp = torch.log_softmax(out.logits[:, -1].float() / temperature, dim=-1)
-        token = torch.multinomial(logp.exp(), 1)
-        tokens.append(token)
-        logps.append(logp.gather(-1, token))
-        if i + 1 < response_len:
-            out = policy(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
-    return torch.cat(tokens, dim=1), torch.cat(logps, dim=1)
+def rollout(models: Models, queries: torch.Tensor, args: argparse.Namespace, run: Any) -> Rollout:
+    """Generate, score with the reference, value and reward models, compute advantages
+    (fp32, no autocast: ``run`` is not used for precision here)."""
+    core, pad = models.core, pad_token(args.size)
+    config = generation_config(args)
+    context = queries.shape[1]
+    seqs, logprobs, ref_logprobs, values, scores = [], [], [], [], []
+    for lo in range(0, queries.shape[0], ROLLOUT_CHUNK):
+        query = queries[lo : lo + ROLLOUT_CHUNK]
+        mask = query != pad
+        out = core.policy.generate(
+            input_ids=query.masked_fill(~mask, 0),
+            attention_mask=mask,
+            generation_config=config,
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
+        seq = torch.cat([query, out.sequences[:, context:]], dim=1)
+        response = seq[:, context:]
+        logits = torch.stack(out.scores, 1)  # temperature-scaled, fp32
+        logprobs.append(selective_log_softmax(logits, response))
+        del logits, out
+        empty_cache()
+        ref_logits = models.reference(**lm_inputs(seq, pad)).logits[:, context - 1 : -1]
+        ref_logits /= args.temperature + 1e-7
+        ref_logprobs.append(selective_log_softmax(ref_logits, response))
+        del ref_logits
+        empty_cache()
+        last = first_true(response == pad) - 1 + context  # no stop token: the last position
+        values.append(score_all(core.value, seq, pad)[:, context - 1 : -1].squeeze(-1))
+        reward = score_all(models.reward, seq, pad)
+        scores.append(reward[torch.arange(reward.size(0), device=seq.device), last].squeeze(-1))
+        seqs.append(seq)
+    seq = torch.cat(seqs)
+    responses = seq[:, context:]
+    logprob, ref_logprob = torch.cat(logprobs), torch.cat(ref_logprobs)
+    value, score = torch.cat(values), torch.cat(scores)
+    empty_cache()
+    gc.collect()
 
+    lengths = first_true(responses == pad) - 1
+    index = torch.arange(responses.shape[1], device=seq.device).repeat(responses.shape[0], 1)
+    padding = index > lengths.unsqueeze(1)
+    logprob = logprob.masked_fill(padding, INVALID_LOGPROB)
+    ref_logprob = ref_logprob.masked_fill(padding, INVALID_LOGPROB)
+    lengths_p1 = lengths + 1
+    padding_p1 = index > lengths_p1.unsqueeze(1)
+    value = value.masked_fill(padding_p1, 0)
 
-def gae(
-    rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation over the response; (whitened advantages, returns)."""
-    last = torch.zeros_like(rewards[:, 0])
-    reversed_adv = []
-    length = rewards.shape[1]
-    for t in reversed(range(length)):
-        next_value = values[:, t + 1] if t + 1 < length else torch.zeros_like(last)
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        last = delta + gamma * lam * last
-        reversed_adv.append(last)
-    advantages = torch.stack(reversed_adv[::-1], dim=1)
-    returns = advantages + values
-    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    return advantages, returns
-
-
-@torch.no_grad()
-def rollout(models: Models, prompts: torch.Tensor, args: argparse.Namespace, run: Any) -> Rollout:
-    """Generate, score with the reference, value and reward models, compute advantages."""
-    core = models.core
-    n = args.response_len
-    with run.autocast():
-        responses, logprobs = generate(core.policy, prompts, n, args.temperature)
-        seq = torch.cat([prompts, responses], dim=1)
-        ref_logits = models.reference(input_ids=seq, logits_to_keep=n + 1).logits[:, :-1]
-        hidden = core.value.gpt_neox(input_ids=seq).last_hidden_state
-        values = core.value.score(hidden[:, -n - 1 : -1]).squeeze(-1).float()
-        reward_hidden = models.reward.gpt_neox(input_ids=seq).last_hidden_state
-        score = models.reward.score(reward_hidden[:, -1]).squeeze(-1).float()
-    ref_logprobs = token_logprobs(ref_logits, responses, args.temperature)
-    kl = logprobs - ref_logprobs
+    kl = logprob - ref_logprob  # trl's k1 estimator
     rewards = -args.kl_coef * kl
-    rewards[:, -1] += score
-    advantages, returns = gae(rewards, values, args.gamma, args.lam)
-    return Rollout(seq, logprobs, values, advantages, returns, score, kl)
+    rows = torch.arange(rewards.size(0), device=seq.device)
+    end = torch.where(lengths_p1 < rewards.size(1), lengths_p1, lengths)
+    rewards[rows, end] += score
+
+    last_gae = torch.zeros_like(rewards[:, 0])
+    reversed_adv = []
+    length = responses.shape[1]
+    for t in reversed(range(length)):
+        next_value = value[:, t + 1] if t < length - 1 else 0.0
+        delta = rewards[:, t] + args.gamma * next_value - value[:, t]
+        last_gae = delta + args.gamma * args.lam * last_gae
+        reversed_adv.append(last_gae)
+    advantages = torch.stack(reversed_adv[::-1], dim=1)
+    returns = advantages + value
+    advantages = masked_whiten(advantages, (~padding).float()).masked_fill(padding, 0)
+    empty_cache()
+    return Rollout(seq, responses, logprob, value, advantages, returns, padding, padding_p1,
+                   score, kl)  # fmt: skip
 
 
 def ppo_update(
     models: Models,
     data: Rollout,
     opt: torch.optim.Optimizer,
-    scaler: Any,
     args: argparse.Namespace,
     run: Any,
-) -> torch.Tensor:
-    """``--ppo-epochs`` passes of clipped-PPO mini-batch updates; returns the last loss."""
-    n = args.response_len
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``--ppo-epochs`` passes of clipped-PPO mini-batch updates, then trl's no-grad step
+    statistics; returns (the last loss, the statistics ``[epochs, mini-batches, 7]``)."""
+    pad, context = pad_token(args.size), data.seq.shape[1] - data.responses.shape[1]
     batch = data.seq.shape[0]
     size = batch // args.mini_batches
+    stats = torch.zeros(args.ppo_epochs, args.mini_batches, 7, device=data.seq.device)
     loss = torch.zeros((), device=data.seq.device)
-    for _ in range(args.ppo_epochs):
-        order = torch.randperm(batch, device=data.seq.device)
-        for lo in range(0, batch, size):
+    for epoch in range(args.ppo_epochs):
+        order = torch.randperm(batch).to(data.seq.device)
+        for mini, lo in enumerate(range(0, batch, size)):
             idx = order[lo : lo + size]
-            seq = data.seq[idx]
+            seq, responses = data.seq[idx], data.responses[idx]
+            padding, padding_p1 = data.padding[idx], data.padding_p1[idx]
             with run.autocast():
-                logits, vpred = models.trained(seq, n)
-            new_logprobs = token_logprobs(logits, seq[:, -n:], args.temperature)
-            vpred = vpred.float()
-            ratio = torch.exp(new_logprobs - data.logprobs[idx])
-            adv = data.advantages[idx]
-            clipped = torch.clamp(ratio, 1.0 - args.cliprange, 1.0 + args.cliprange)
-            pg_loss = torch.max(-adv * ratio, -adv * clipped).mean()
+                output, vpred_all = models.trained(**lm_inputs(seq, pad))
+            output, vpred_all = to_fp32(output), to_fp32(vpred_all)
+            logits = output.logits[:, context - 1 : -1]
+            logits /= args.temperature + 1e-7
+            new_logprobs = selective_log_softmax(logits, responses)
+            new_logprobs = new_logprobs.masked_fill(padding, INVALID_LOGPROB)
+            vpred = vpred_all[:, context - 1 : -1].squeeze(-1).masked_fill(padding_p1, 0)
             old_values, returns = data.values[idx], data.returns[idx]
-            vclipped = old_values + torch.clamp(
-                vpred - old_values, -args.cliprange_value, args.cliprange_value
+            vclipped = torch.clamp(
+                vpred, old_values - args.cliprange_value, old_values + args.cliprange_value
             )
-            vf_loss = 0.5 * torch.max((vpred - returns) ** 2, (vclipped - returns) ** 2).mean()
+            vf_losses1 = (vpred - returns) ** 2
+            vf_losses2 = (vclipped - returns) ** 2
+            kept_p1 = (~padding_p1).float()
+            vf_loss = 0.5 * masked_mean(torch.max(vf_losses1, vf_losses2), kept_p1)
+            vf_clipfrac = masked_mean((vf_losses2 > vf_losses1).float(), kept_p1)
+            diff = new_logprobs - data.logprobs[idx]
+            ratio = torch.exp(diff)
+            adv = data.advantages[idx]
+            pg_losses = -adv * ratio
+            pg_losses2 = -adv * torch.clamp(ratio, 1.0 - args.cliprange, 1.0 + args.cliprange)
+            kept = (~padding).float()
+            pg_loss = masked_mean(torch.max(pg_losses, pg_losses2), kept)
             loss = pg_loss + args.vf_coef * vf_loss
-            optimizer_step(loss, opt, scaler)
-    return loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            with torch.no_grad():
+                pg_clipfrac = masked_mean((pg_losses2 > pg_losses).float(), kept)
+                prob = torch.softmax(logits, dim=-1)
+                entropy = torch.logsumexp(logits, dim=-1) - torch.sum(prob * logits, dim=-1)
+                approxkl = 0.5 * (diff**2).mean()
+                stats[epoch, mini] = torch.stack([
+                    approxkl, pg_clipfrac, pg_loss, vf_loss, vf_clipfrac,
+                    entropy.mean(), ratio.mean(),
+                ])  # fmt: skip
+            del output, vpred_all, logits, prob, entropy
+            empty_cache()
+    return loss.detach(), stats
+
+
+def report_statistics(
+    data: Rollout, stats: torch.Tensor, args: argparse.Namespace, world: int
+) -> list[float]:
+    """trl's end-of-step metrics: 13 values gathered across ranks and read back (one
+    device synchronisation each, as ``gather_for_metrics(...).mean().item()``), the ratio's
+    variance and the count of end-of-sequence tokens."""
+    non_score = (-args.kl_coef * data.kl).sum(1).mean()
+    values = [
+        data.kl.sum(1).mean(),
+        (-data.logprobs).sum(1).mean(),
+        non_score,
+        non_score + data.score.mean(),
+        data.score.mean(),
+        *stats.unbind(-1),
+        stats[..., 6],
+    ]
+    out = []
+    for i, value in enumerate(values):
+        if world > 1:
+            import torch.distributed as dist
+
+            gathered = [torch.zeros_like(value) for _ in range(world)]
+            dist.all_gather(gathered, value.contiguous())
+            value = torch.stack(gathered)
+        value = value.float()
+        out.append((value.var() if i == len(values) - 1 else value.mean()).item())
+    out.append(float((data.responses == 0).sum().item()))  # eos count (pythia's eos is 0)
+    empty_cache()
+    gc.collect()
+    return out
 
 
 def matmul_params(config: Any) -> tuple[int, int]:
@@ -291,12 +475,14 @@ def forward_flops(
 def flops_per_sequence(config: Any, args: argparse.Namespace, *, attention: bool = True) -> int:
     """Analytic FLOPs of one (prompt + response) sequence in one PPO step.
 
-    generation (prefill + one token at a time, causal attention over the cache) +
-    reference, value and reward forwards over the whole sequence + ``ppo_epochs`` x
-    (forward + backward = 3 x forward) of the policy and the value model. Not counted:
-    softmax, layer norms, sampling, GAE (element-wise, well under 1%). Without
-    ``attention`` it is what ``torch.utils.flop_counter`` counts on a CPU (whose attention
-    kernel it does not see; tests/benchmarks/test_rlhf.py compares them)."""
+    generation (prefill with the LM head on its last token, then one token at a time with
+    causal attention over the cache) + the reference over the whole sequence (LM head on
+    every position) + the value and reward backbones (scalar head on every position) +
+    ``ppo_epochs`` x (forward + backward = 3 x forward) of the policy (LM head on every
+    position) and the value backbone. Not counted: softmax, entropy, layer norms,
+    sampling, GAE (element-wise). Without ``attention`` it is what
+    ``torch.utils.flop_counter`` counts on a CPU (whose attention kernel it does not see;
+    tests/benchmarks/test_rlhf.py compares them)."""
     p, n = args.prompt_len, args.response_len
     total, vocab = p + n, config.vocab_size
     causal = total * (total + 1) // 2
@@ -306,19 +492,19 @@ def flops_per_sequence(config: Any, args: argparse.Namespace, *, attention: bool
 
     prefill = fwd(p, p * (p + 1) // 2, 1, vocab)
     decode = fwd(n - 1, sum(pos + 1 for pos in range(p, total - 1)), n - 1, vocab)
-    policy = fwd(total, causal, n + 1, vocab)  # the reference has the same shape
-    value = fwd(total, causal, n, 1)
-    reward = fwd(total, causal, 1, 1)
-    rollout_flops = prefill + decode + policy + value + reward
+    policy = fwd(total, causal, total, vocab)  # the reference has the same shape
+    value = fwd(total, causal, total, 1)  # the reward model too
+    rollout_flops = prefill + decode + policy + 2 * value
     return rollout_flops + args.ppo_epochs * 3 * (policy + value)
 
 
-def prompt_pool(args: argparse.Namespace, vocab: int, rank: int, device: torch.device):
-    """A few batches of random prompts, different on every rank (tokenising a prompt
-    data set is not part of what trl's step measures either)."""
+def prompt_pool(args: argparse.Namespace, rank: int, device: torch.device) -> list[torch.Tensor]:
+    """A few batches of random prompts (no pad token), different on every rank
+    (tokenising a prompt data set is not part of what trl's step measures either)."""
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)
+    pad = pad_token(args.size)
     return [
-        torch.randint(0, vocab, (args.batch_size, args.prompt_len), generator=gen).to(device)
+        torch.randint(0, pad, (args.batch_size, args.prompt_len), generator=gen).to(device)
         for _ in range(4)
     ]
 
@@ -330,8 +516,8 @@ def describe(args: argparse.Namespace, models: Models, world: int, device: torch
         f"rlhf: {args.size} ({n_params / 1e6:.1f}M parameters per model, 4 models), "
         f"world size {world}, batch {args.batch_size} x ({args.prompt_len} prompt + "
         f"{args.response_len} response) per rank, {args.ppo_epochs} PPO epochs x "
-        f"{args.mini_batches} mini-batches, {args.precision} on {device}, "
-        f"{torch.get_num_threads()} threads",
+        f"{args.mini_batches} mini-batches, rollout fp32, update {args.precision} on "
+        f"{device}, {torch.get_num_threads()} threads",
         flush=True,
     )
 
@@ -341,6 +527,7 @@ def main(argv: list[str] | None = None) -> None:
     device, rank, world = init_distributed(args)
     try:  # from here on, the process group is destroyed on every exit path
         run = setup(args, device=device)  # same seed on every rank: the same initial weights
+        check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
         torch.manual_seed(args.seed + rank)  # ... then different sampling per rank
 
         models = build_models(args.size, device)
@@ -349,23 +536,33 @@ def main(argv: list[str] | None = None) -> None:
 
             ids = [device.index] if device.type == "cuda" else None
             models.trained = DistributedDataParallel(models.trained, device_ids=ids)
-        opt = torch.optim.AdamW(models.trained.parameters(), lr=args.lr, eps=1e-5)
-        scaler = run.grad_scaler()
+        opt = torch.optim.AdamW(
+            models.trained.parameters(),
+            lr=args.lr,
+            eps=1e-8,
+            weight_decay=0.0,
+            fused=device.type == "cuda",
+        )
         config = models.core.policy.config
         if rank == 0:
             describe(args, models, world, device)
-        # Analytic: equal to a counted step's matmuls (tests/benchmarks/test_rlhf.py), plus
-        # the attention the CPU counter cannot see, and no extra step to pay for.
-        declare_flops(flops_per_sequence(config, args), precision=args.precision, source="analytic")
+        # Analytic, per prompt token (the rate's item): equal to a counted step's matmuls
+        # (tests/benchmarks/test_rlhf.py), plus the attention the CPU counter cannot see.
+        per_token = flops_per_sequence(config, args) / args.prompt_len
+        declare_flops(per_token, precision=args.precision, source="analytic")
 
-        pool = prompt_pool(args, config.vocab_size, rank, device)
+        pool = prompt_pool(args, rank, device)
         timed = TimedIterator(
-            itertools.cycle(pool), batch_size_fn=lambda p: p.shape[0], device=device
-        )
+            itertools.cycle(pool), batch_size_fn=lambda p: p.numel(), device=device,
+            units="Tok/s",
+        )  # fmt: skip
         for prompts in timed:
             data = rollout(models, prompts, args, run)
-            loss = ppo_update(models, data, opt, scaler, args, run)
+            loss, stats = ppo_update(models, data, opt, args, run)
+            report_statistics(data, stats, args, world)
             timed.record_loss(loss)
+            del data, stats
+            empty_cache()
         if world > 1:
             import torch.distributed as dist
 

@@ -1,54 +1,83 @@
-"""Generate the synthetic video clips of the V-JEPA entries (idempotent).
-
-Clips are uint8 arrays ``[frames, size, size, 3]`` saved as ``.npy`` (no video codec
-needed: decoding is not what V-JEPA measures), listed in ``video_metainfo.csv`` like
-upstream's ``FakeVideo`` folder. Smooth moving gradients, so that neighbouring patches
-look alike as in real video. Gets the same argv as main.py.
+"""Generate the synthetic videos of the V-JEPA entries (idempotent), as upstream's
+``prepare.py`` does: ``--videos`` (1,000) mp4 files of ``--video-width`` x
+``--video-height`` (640 x 480) uniform-noise frames, ``--video-frames`` (300) of them at
+30 fps, MPEG-4 (OpenCV's ``mp4v``), listed in ``video_metainfo.csv`` (``name label``, one
+line per video, names relative to the list) in ``$MILABENCH_DIR_DATA/FakeVideo``. The
+loader (main.py) decodes them with decord. About 24 MB a video at the default size.
+Gets the same argv as main.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 from pathlib import Path
 
-import numpy as np
-
 from benchkit.datasets import data_dir
+
+
+def write_video(path: Path, seed: int, width: int, height: int, frames: int) -> None:
+    """One video of uniform-noise frames (upstream's ``generate_random_video``)."""
+    import cv2
+    import numpy as np
+
+    rng = np.random.RandomState(seed)
+    partial = path.with_suffix(".part.mp4")
+    writer = cv2.VideoWriter(str(partial), cv2.VideoWriter_fourcc(*"mp4v"), 30, (width, height))
+    for _ in range(frames):
+        writer.write(rng.randint(0, 256, (height, width, 3), dtype=np.uint8))
+    writer.release()
+    partial.rename(path)  # whole files only
+
+
+def _write(job: tuple) -> None:
+    write_video(*job)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default=None, help="the CSV (default: FakeVideo)")
-    parser.add_argument("--frames", type=int, default=16)
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--clips", type=int, default=64)
+    parser.add_argument("--videos", type=int, default=1000)
+    parser.add_argument("--video-frames", type=int, default=300)
+    parser.add_argument("--video-width", type=int, default=640)
+    parser.add_argument("--video-height", type=int, default=480)
     args, _unknown = parser.parse_known_args(argv)
     csv = Path(args.dataset or Path(data_dir("FakeVideo")) / "video_metainfo.csv")
     root = csv.parent
     marker = root / "done.json"
-    wanted = {"frames": args.frames, "size": args.image_size, "clips": args.clips}
-    if marker.is_file() and json.loads(marker.read_text()) == wanted:
-        print(f"vjepa: {root} already prepared", flush=True)
+    layout = {
+        "videos": args.videos,
+        "frames": args.video_frames,
+        "width": args.video_width,
+        "height": args.video_height,
+        "codec": "mp4v",
+    }
+    if marker.is_file() and json.loads(marker.read_text()) == layout:
+        print(f"vjepa: {root} already prepared ({args.videos} videos)", flush=True)
         return
+    marker.unlink(missing_ok=True)  # written again last: a half-written folder is redone
     root.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    size, frames = args.image_size, args.frames
-    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
-    lines = []
-    for i in range(args.clips):
-        colour = rng.uniform(0, 255, 3).astype(np.float32)
-        speed = rng.uniform(-0.05, 0.05, 2)
-        clip = np.empty((frames, size, size, 3), dtype=np.uint8)
-        for t in range(frames):
-            wave = 0.5 + 0.5 * np.sin(6.28 * (xx + t * speed[0]) + 6.28 * (yy + t * speed[1]))
-            clip[t] = (wave[..., None] * colour).clip(0, 255).astype(np.uint8)
-        path = root / f"clip{i:05d}.npy"
-        np.save(path, clip)
-        lines.append(f"{path.name} {i % 10}")
-    csv.write_text("\n".join(lines) + "\n")
-    marker.write_text(json.dumps(wanted))  # last: a half-written folder is redone
-    print(f"vjepa: {args.clips} clips of {frames} x {size} px in {root}", flush=True)
+    for old in root.glob("*.npy"):  # clips of an earlier layout
+        old.unlink()
+    size = (args.video_width, args.video_height, args.video_frames)
+    jobs = [(root / f"{i + 1}.mp4", i, *size) for i in range(args.videos)]
+    workers = max(1, min(os.cpu_count() or 1, 16, len(jobs)))
+    if workers == 1:
+        for job in jobs:
+            _write(job)
+    else:
+        with multiprocessing.Pool(workers) as pool:
+            for _ in pool.imap_unordered(_write, jobs):
+                pass
+    csv.write_text("".join(f"{i + 1}.mp4 0\n" for i in range(args.videos)))
+    marker.write_text(json.dumps(layout))  # last
+    print(
+        f"vjepa: {args.videos} videos of {args.video_frames} frames of {args.video_width} x "
+        f"{args.video_height} px in {root}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ import sys
 # name -> (module, one-line help). Order is the order shown by --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "install": ("milabench.cli.install", "create or update one environment per install group"),
+    "bundle": (
+        "milabench.cli.bundle",
+        "write a wheelhouse for offline installs (install --offline DIR)",
+    ),
     "prepare": ("milabench.cli.prepare", "generate or fetch the data each benchmark needs"),
     "run": ("milabench.cli.run", "run the selected benchmarks and print the report"),
     "report": ("milabench.cli.report", "print or write the report of run folders"),
@@ -35,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resolve": ("milabench.cli.resolve", "print the resolved suite entries"),
     "matrix": ("milabench.cli.matrix", "print the resolved entries with their command lines"),
     "machine": ("milabench.cli.machine", "print the machine metadata record"),
+    "doctor": (
+        "milabench.cli.doctor",
+        "check the machine (throttling, power caps, PCIe, ECC, steal, load): exit 1 on a fail",
+    ),
     "preflight": ("milabench.cli.preflight", "check every node before a multi-node run"),
     "fleet": ("milabench.cli.fleet", "run the single-node suite on every node, flag bad ones"),
     "slurm": ("milabench.cli.slurm", "Slurm: `slurm system` (system file), `slurm sbatch` (job)"),

@@ -132,7 +132,8 @@ def _entries(args: argparse.Namespace) -> dict | None:
     return load_suite_from_args(args).all_entries
 
 
-def _side(spec: str, args: argparse.Namespace) -> tuple[dict[str, list[float]], str]:
+def _side(spec: str, args: argparse.Namespace) -> tuple[dict[str, list[float]], str, str | None]:
+    """Samples, label and build (`report.build.build_summary`; None from the store)."""
     from milabench.report import build_report
     from milabench.report.compare import samples_of
 
@@ -142,13 +143,14 @@ def _side(spec: str, args: argparse.Namespace) -> tuple[dict[str, list[float]], 
 
         runs = [r for d in dirs for r in expand_run_folder(d, "compare", phrase="compare uses")]
         label = spec if runs == dirs else ",".join(str(r) for r in runs)
-        return samples_of(build_report(runs)), label
+        report = build_report(runs)
+        return samples_of(report), label, report.system.get("build")
     if args.baseline == spec and len(dirs) == 1:
         from milabench.cli.store import store_url
         from milabench.report.store import Store
 
         with Store(store_url(args)) as store:
-            return store.samples(spec), f"store:{spec}"
+            return store.samples(spec), f"store:{spec}", None
     from milabench.errors import UsageError
 
     missing = next(d for d in dirs if not d.is_dir())
@@ -313,8 +315,14 @@ def run(args: argparse.Namespace) -> int:
         a_spec, b_spec = (str(p) for p in expand_run_folder(Path(args.runs[0]), "compare", 2))
     else:
         raise UsageError("compare: give two run folders (A B), or --baseline RUN and a run folder")
-    a, a_label = _side(a_spec, args)
-    b, b_label = _side(b_spec, args)
+    a, a_label, a_build = _side(a_spec, args)
+    b, b_label, b_build = _side(b_spec, args)
+    if a_build and b_build and a_build != b_build:  # never compared silently
+        print(
+            f"warning: A ran build {a_build} and B build {b_build}: a difference may come "
+            "from the CUDA build, not from what you changed",
+            file=sys.stderr,
+        )
     cmp = compare_samples(a, b, a_label=a_label, b_label=b_label, **kwargs)
     _write(render(cmp, args.format), args)
     return cmp.exit_code

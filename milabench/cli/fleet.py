@@ -75,6 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option(
         parser,
+        "ignore-doctor",
+        action="store_true",
+        default=False,
+        help="measure nodes whose `milabench doctor` finds a failure (by default such a node "
+        "is reported, not measured)",
+    )
+    add_option(
+        parser,
         "grace",
         type=_seconds,
         default=DEFAULT_GRACE,
@@ -116,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
         node_python=args.node_python,
         phases=phases,
         grace=args.grace,
+        ignore_doctor=bool(args.ignore_doctor),
     )
     result = run_fleet(suite, options)
     print(f"fleet folder: {result.folder.path}", file=sys.stderr, flush=True)

@@ -4,6 +4,11 @@ Exit code 0 when every group is installed or up to date, 1 when any group failed
 others are still installed). Back-end: option ``install.backend`` (``uv`` | ``pip``) or
 ``--backend``. With ``--use-current-env`` nothing is created: the active environment is
 checked, and requirements are installed into it only with ``--into-current-env``.
+``--offline WHEELHOUSE`` installs from a wheelhouse of ``milabench bundle`` only
+(`milabench.envs.bundle.install_offline`). On NVIDIA the CUDA build (install variant
+``cuda`` or ``cuda12``) is the one the driver runs, printed first; a driver too old for
+every build stops the command with one line. ``--dry-run`` prints what each group would
+install and starts nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +50,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="print the installers' output as it comes",
     )
+    add_option(
+        parser,
+        "offline",
+        default=None,
+        metavar="WHEELHOUSE",
+        help="install from a wheelhouse written by 'milabench bundle', with no network",
+    )
+    add_option(
+        parser,
+        "dry-run",
+        action="store_true",
+        default=False,
+        help="print the CUDA build and what each group would install, then stop",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,22 +83,30 @@ def run(args: argparse.Namespace) -> int:
         from milabench.envs import driver
         from milabench.monitor.accelerators import detect
 
-        info = detect().system_info()
-        for group in groups:
-            if not group.use_current_env:
-                need = driver.required_by_pins(group.requirements)
-                driver.check(need, info, f"install group {group.name}")
+        chosen = driver.install_check(groups, suite.system, detect().system_info())
+        if chosen:
+            print(chosen)
+    if args.dry_run:
+        from pathlib import Path
+
+        from milabench.envs.install import describe_groups
+
+        print(describe_groups(groups, Path.cwd()))
+        return 0
     runs = suite.base / "runs"
     ensure_writable(suite.base, runs)
-    results, logs = install_all(
-        groups,
-        suite.system,
-        runs,
+    options = dict(
         force=args.force,
         backend=args.backend,
         into_current_env=args.into_current_env,
         echo=args.verbose,
     )
+    if args.offline:
+        from milabench.envs.bundle import install_offline
+
+        results, logs = install_offline(groups, suite.system, runs, args.offline, **options)
+    else:
+        results, logs = install_all(groups, suite.system, runs, **options)
     print(summary_table(results))
     for result in results:
         for note in result.notes:

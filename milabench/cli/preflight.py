@@ -3,8 +3,10 @@
 Prints one row per node (reachable and in how long, Python, torch, accelerators,
 rendezvous port, how the code reaches it), the versions every node must share (Python,
 milabench, package lists of the install groups: one ``FAIL`` line per differing node),
-and the bandwidth and latency of a real all-reduce across all nodes. Exit code 0 when
-everything passed, 1 (NodeError) naming the first failing node otherwise.
+`milabench doctor`'s checks on every node (run by the node's own Python before anything
+is copied: a failure fails the preflight unless --ignore-doctor), and the bandwidth and
+latency of a real all-reduce across all nodes. Exit code 0 when everything passed, 1
+(NodeError) naming the first failing node otherwise.
 """
 
 from __future__ import annotations
@@ -50,6 +52,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option(
         parser, "no-allreduce", action="store_true", default=False, help="only check the nodes"
+    )
+    add_option(
+        parser,
+        "node-python",
+        default=None,
+        metavar="PATH",
+        help="Python that runs milabench (and the doctor's checks) on every node (option "
+        "fleet.python; default: this interpreter here, python3 on the others)",
+    )
+    add_option(
+        parser,
+        "ignore-doctor",
+        action="store_true",
+        default=False,
+        help="go on when `milabench doctor` finds a failure on a node",
+    )
+    add_option(
+        parser, "no-doctor", action="store_true", default=False, help="skip the doctor's checks"
     )
     add_option(
         parser,
@@ -107,9 +127,28 @@ def run(args: argparse.Namespace) -> int:
             code_paths=code_paths(suite),
             venvs=run_venvs(suite),
             versions=not args.no_versions,
+            node_python=_node_pythons(system, args.node_python),
+            doctor=not args.no_doctor,
+            ignore_doctor=args.ignore_doctor,
         )
     )
     print(render(result), flush=True)
     if not result.ok:
         raise NodeError(result.failures[0])
     return 0
+
+
+def _node_pythons(system: dict, given: str | None) -> dict[str, str]:
+    """The Python that runs milabench on each node: ``--node-python``, else the
+    ``fleet.python`` option, else this interpreter for a local node, python3 elsewhere
+    (the rule of `milabench fleet`)."""
+    from milabench.config.options import get_option
+    from milabench.remote.nodes import runs_locally
+
+    configured = given or get_option(system, "fleet.python", None)
+    return {
+        str(node["name"]): str(configured)
+        if configured
+        else (sys.executable if runs_locally(node, system) else "python3")
+        for node in system.get("nodes") or []
+    }

@@ -79,6 +79,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run folder (path or name under <base>/runs) to complete: benchmarks "
         "that succeeded there are skipped, the others run again into it",
     )
+    add_option(
+        parser,
+        "ignore-doctor",
+        action="store_true",
+        default=False,
+        help="start even when `milabench doctor` finds a failure (a capped or erroring "
+        "GPU, a full disk); the findings are still printed and recorded "
+        "(option run.doctor: check, ignore or off)",
+    )
 
 
 def _run_dir(args: argparse.Namespace) -> tuple[Path, bool]:
@@ -120,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir, resuming = _run_dir(args)
     if not resuming:
         ensure_writable(base_path(args), run_dir.parent)
+    check_machine(suite, run_dir, ignore=bool(getattr(args, "ignore_doctor", False)))
     return run_session(
         suite,
         run_dir,
@@ -148,3 +158,46 @@ def remote_launcher(system: dict, suite=None, run_id: str | None = None):
     from milabench.remote.dispatch import node_launcher
 
     return node_launcher(system)
+
+
+DOCTOR_MODES = ("check", "ignore", "off")
+
+
+def check_machine(suite, run_dir: Path, *, ignore: bool = False) -> None:
+    """`milabench doctor`'s checks before the first benchmark (docs/doctor.md).
+
+    Prints the warnings and failures, records every finding in ``<run>/doctor.json`` (the
+    report and the fleet report read it) and refuses to start on a failure, one line
+    naming it, unless ``ignore`` (``--ignore-doctor``) or the ``run.doctor`` option says
+    ``ignore``; ``off`` skips the checks (nothing recorded).
+    """
+    from milabench.config.options import get_option
+    from milabench.errors import MilabenchError, UsageError
+
+    value = get_option(suite.system, "run.doctor", "check")
+    mode = {False: "off", True: "check"}.get(value, str(value).strip().lower())
+    if mode not in DOCTOR_MODES:
+        raise UsageError(f"option run.doctor: {mode!r} is not one of {', '.join(DOCTOR_MODES)}")
+    if mode == "off":
+        return
+    ignore = ignore or mode == "ignore"
+    from milabench.cli.doctor import suite_findings
+    from milabench.monitor import health
+
+    found = suite_findings(suite)
+    problems = [f for f in found if f.severity != health.OK]
+    for f in problems:
+        print(
+            f"milabench doctor: {f.severity}: {f.subject} {f.check}: {f.reason}",
+            file=sys.stderr,
+            flush=True,
+        )
+    failed = health.failures(found)
+    if failed and not ignore:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise MilabenchError(
+            f"refused to start: {first.subject} {first.check}: {first.reason}{more}; "
+            "`milabench doctor` lists every check, --ignore-doctor runs anyway"
+        )
+    health.write_doctor_file(str(run_dir), found, ignored=bool(failed))

@@ -61,6 +61,7 @@ KNOWN_KEYS: frozenset[str] = frozenset(
         "weight",
         "tags",
         "validation",
+        "parity",
         "compare",  # regression thresholds of `milabench compare`
         # structure, consumed while loading
         "inherits",
@@ -196,6 +197,9 @@ class Entry:
     tags: tuple[str, ...] = ()
     validation: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     compare: Any = None  # thresholds for `milabench compare` (report.compare reads them)
+    # how the entry compares with upstream milabench's entry of the same name: None (not
+    # said), "same", or "different: <reason>" (docs/parity.md); the report shows it
+    parity: str | None = None
     config_file: str | None = None
     config_base: str | None = None
 
@@ -238,6 +242,7 @@ class Entry:
             tags=_strings(m.get("tags")),
             validation=_mapping(m.get("validation")),
             compare=m.get("compare"),
+            parity=str(m["parity"]).strip() if m.get("parity") else None,
             config_file=str(m["config_file"]) if m.get("config_file") else None,
             config_base=str(m["config_base"]) if m.get("config_base") else None,
         )

@@ -69,7 +69,7 @@ def _apply_overrides(doc: Document, overrides: list[str]) -> None:
     doc.add_layer(layer, OVERRIDE_SOURCE)
 
 
-def _fill_identity(name: str, entry: dict[str, Any], doc: Document, arch: str) -> None:
+def _fill_identity(name: str, entry: dict[str, Any], doc: Document, variant: str) -> None:
     entry["name"] = name
     entry["tag"] = [name]
     if entry.get("group") is None:
@@ -77,7 +77,7 @@ def _fill_identity(name: str, entry: dict[str, Any], doc: Document, arch: str) -
     if entry.get("install_group") is None:
         entry["install_group"] = entry["group"]
     if entry.get("install_variant") is None:
-        entry["install_variant"] = arch
+        entry["install_variant"] = variant
     # The file where the entry itself was first written (a parent's file only served to
     # anchor the parent's own relative paths, already made absolute when it was read).
     origin = doc.origin.get(name)
@@ -180,10 +180,13 @@ def load_suite(
     resolved = resolve_all(doc, defaults)
 
     arch = str(system_conf.get("arch") or "cpu")
+    # An entry without install_variant gets the arch's, except on NVIDIA: the CUDA build
+    # chosen for the node's driver (system.py, `milabench.monitor.cudabuild`).
+    variant = str((system_conf.get("cuda_build") or {}).get("variant") or arch)
     entries: dict[str, dict[str, Any]] = {}
     for name, entry in resolved.items():
         entry = strip_markers(entry)
-        _fill_identity(name, entry, doc, arch)
+        _fill_identity(name, entry, doc, variant)
         # Identity first: easier to read in `milabench resolve` output.
         entries[name] = {"name": name, "tag": entry.pop("tag"), **entry}
 

@@ -256,6 +256,8 @@ def load_system(path: str | Path | None = None, base: str | Path | None = None) 
     if not isinstance(options, dict):
         raise ConfigError.at(file, "system", "options", "expected a mapping")
     system["options"] = options
+    if arch == "cuda":
+        system["cuda_build"] = _cuda_build(system, accel)
     system.setdefault("sshkey", None)
     system.setdefault("docker_image", None)
     if base is not None:
@@ -264,6 +266,17 @@ def load_system(path: str | Path | None = None, base: str | Path | None = None) 
         system["config_file"] = str(file)
     check_numeric_options(system)
     return system
+
+
+def _cuda_build(system: dict[str, Any], accel: Any) -> dict[str, Any]:
+    """The CUDA build this node installs (`milabench.monitor.cudabuild`), as data: chosen
+    from the driver, or named by option ``install.cuda_build``. The entries' default
+    ``install_variant`` is its variant; a driver too old for every build leaves the reason
+    in ``error``, which `milabench install` stops with (other commands go on)."""
+    from milabench.config.options import get_option
+    from milabench.monitor.cudabuild import OPTION, choose
+
+    return choose(accel.system_info(), get_option(system, OPTION, None)).record()
 
 
 def _section(system: dict, key: str, file: object) -> dict:

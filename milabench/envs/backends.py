@@ -89,8 +89,12 @@ def _spec(
     )
 
 
-def requirement_args(group: InstallGroup, extra_constraints: Path | None) -> list[str]:
-    """``-r``/``-c`` options, index directives and the entries' pip args (both back-ends)."""
+def requirement_args(
+    group: InstallGroup, extra_constraints: Path | None, *, uv: bool = False
+) -> list[str]:
+    """``-r``/``-c`` options, index directives, the variant's ``--with`` requirements and
+    the entries' pip args. ``uv``: the index options in uv's spelling (a ``--torch-backend``
+    directive stays ``--torch-backend``; pip gets PyTorch's index URL instead)."""
     args: list[str] = []
     for req in group.requirements:
         args += ["-r", str(req)]
@@ -98,8 +102,10 @@ def requirement_args(group: InstallGroup, extra_constraints: Path | None) -> lis
         args += ["-c", str(group.constraints)]
     if extra_constraints is not None:
         args += ["-c", str(extra_constraints)]
-    args += group.index_args
+    args += group.uv_index_args if uv else group.index_args
     args += group.pip_args
+    if group.requirements:
+        args += group.with_requirements
     if group.needs_voir:
         args += ["voir", "ptera"]
     return args
@@ -166,7 +172,7 @@ class Backend:
         self, group: InstallGroup, cwd: Path, extra_constraints: Path | None
     ) -> ProcessSpec | None:
         """None when the group has nothing to install (no requirements, no voir)."""
-        args = requirement_args(group, extra_constraints)
+        args = requirement_args(group, extra_constraints, uv=self.name == "uv")
         if not group.requirements and not group.needs_voir and not group.pip_args:
             return None
         env = self.pip.uv_env() if self.name == "uv" and self.pip is not None else {}

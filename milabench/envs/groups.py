@@ -21,7 +21,8 @@ from milabench.envs.constraints import (
     constraints_file,
     entry_constraint_lines,
     entry_pip_args,
-    index_directives,
+    read_directives,
+    uv_spelling,
 )
 from milabench.errors import ConfigError
 
@@ -39,7 +40,9 @@ class InstallGroup:
     notes: list[str] = field(default_factory=list)
     constraints: Path | None = None
     constraint_lines: list[str] = field(default_factory=list)
-    index_args: list[str] = field(default_factory=list)
+    index_args: list[str] = field(default_factory=list)  # pip's spelling
+    torch_backend: str | None = None  # a --torch-backend directive (its URL in index_args)
+    with_requirements: list[str] = field(default_factory=list)  # the variant's --with
     pip_args: list[str] = field(default_factory=list)
     key_imports: list[str] = field(default_factory=list)
     needs_voir: bool = False
@@ -56,15 +59,24 @@ class InstallGroup:
     def benchmarks(self) -> list[str]:
         return [e.name for e in self.entries]
 
+    @property
+    def uv_index_args(self) -> list[str]:
+        """`index_args` in uv's spelling: PyTorch's index of the ``--torch-backend``
+        directive, when `index_args` names it, becomes ``--torch-backend <backend>``."""
+        return uv_spelling(self.index_args, self.torch_backend)
+
 
 def _requirements_for(pack, variant: str) -> tuple[Path | None, str | None]:
-    """The requirement file of one benchmark folder, and a note when we fell back."""
+    """The requirement file of one benchmark folder, and a note when we fell back: the
+    pinned ``requirements.<variant>.txt``, else the variant's own input
+    ``requirements.<variant>.in`` (``jax[cuda12]`` where requirements.in says ``jax``),
+    else ``requirements.in``, both unpinned."""
     wanted = Path(pack.requirements_file(variant))
     if wanted.is_file():
         return wanted, None
-    unpinned = Path(pack.definition) / "requirements.in"
+    unpinned = pack.pin_input(variant)
     if unpinned.is_file():
-        return unpinned, f"{pack.name}: no {wanted.name}, installing requirements.in unpinned"
+        return unpinned, f"{pack.name}: no {wanted.name}, installing {unpinned.name} unpinned"
     return None, None
 
 
@@ -120,7 +132,10 @@ def build_groups(
             group.notes.append(note)
     for group in groups.values():
         group.constraints = constraints_file(group.variant, arch, folder)
-        group.index_args = index_directives(group.constraints)
+        directives = read_directives(group.constraints)
+        group.index_args = directives.pip_index_args
+        group.torch_backend = directives.torch_backend
+        group.with_requirements = directives.with_requirements
         group.constraint_lines = entry_constraint_lines(group.entries)
         group.pip_args = entry_pip_args(group.entries)
         if not group.use_current_env and not str(group.venv):

@@ -274,15 +274,19 @@ def install_all(
     runs: Path,
     *,
     force: bool = False,
-    backend: str | None = None,
+    backend: str | Backend | None = None,
     into_current_env: bool = False,
     echo: bool = False,
     say=print,
 ) -> tuple[list[GroupResult], Path | None]:
-    """Install every group (failures do not stop the others); returns results and logs."""
+    """Install every group (failures do not stop the others); returns results and logs.
+    ``backend``: a back-end name, or a ready `Backend` (the offline install's)."""
     from milabench.envs.backends import backend_name
 
-    chosen = Backend(backend or backend_name(system), system)
+    if isinstance(backend, Backend):
+        chosen = backend
+    else:
+        chosen = Backend(backend or backend_name(system), system)
     logs = LogFolder(runs, "install")
     trash = Trash()
     results: list[GroupResult] = []
@@ -316,4 +320,33 @@ def summary_table(results: list[GroupResult]) -> str:
     for row in rows:
         cells = [row[i].ljust(widths[i]) for i in range(4)]
         lines.append(("  ".join(cells) + ("  " + row[4] if row[4] else "")).rstrip())
+    return "\n".join(lines)
+
+
+def describe_groups(groups: list[InstallGroup], root: Path | None = None) -> str:
+    """What `install_all` would install, per group, for ``milabench install --dry-run``:
+    the variant, the environment, each requirement file (and whether it is pinned), the
+    constraints, the index options of each back-end, the ``--with`` requirements and the
+    imports the validation checks. Paths under ``root`` are printed relative to it."""
+
+    def show(path: Path | None) -> str:
+        if path is None:
+            return "-"
+        if root is not None and path.is_relative_to(root):
+            return str(path.relative_to(root))
+        return str(path)
+
+    lines = []
+    for group in groups:
+        lines.append(f"[{group.name}] variant {group.variant}, {show(group.venv)}")
+        for req in group.requirements:
+            kind = "pinned" if req.suffix == ".txt" else "unpinned"
+            lines.append(f"  requirements: {show(req)} ({kind})")
+        lines.append(f"  constraints: {show(group.constraints)}")
+        if group.index_args or group.uv_index_args:
+            lines.append(f"  indexes (uv): {' '.join(group.uv_index_args) or '-'}")
+            lines.append(f"  indexes (pip): {' '.join(group.index_args) or '-'}")
+        if group.with_requirements:
+            lines.append(f"  with: {' '.join(group.with_requirements)}")
+        lines.append(f"  imports: {', '.join(group.key_imports) or '-'}")
     return "\n".join(lines)

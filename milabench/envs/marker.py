@@ -2,11 +2,11 @@
 
 An install is skipped ("up to date") when the hash of everything that decides the
 environment's content equals the one stored in the marker: requirement files' contents,
-the constraints file and entries' constraint lines and pip args, the variant, the key
-imports, whether voir is installed, the interpreter (path and version) and the content of
-``benchkit`` (copied into every environment). The backend (uv or pip) is deliberately
-*not* an input: both produce the same environment. Nothing here starts a process, so the
-check takes milliseconds.
+the constraints file and entries' constraint lines and pip args, the variant and its
+``--with`` requirements, the key imports, whether voir is installed, the interpreter
+(path and version) and the content of ``benchkit`` (copied into every environment). The
+backend (uv or pip) is deliberately *not* an input: both produce the same environment.
+Nothing here starts a process, so the check takes milliseconds.
 
 The marker lives inside the environment (``<venv>/milabench-install.json``): deleting
 the environment deletes the mark. It is written last, after validation, atomically;
@@ -51,7 +51,7 @@ def _file_item(path: Path | None) -> dict | None:
 
 def install_inputs(group: InstallGroup) -> dict:
     """Everything that decides the environment's content, as JSON-able data."""
-    return {
+    inputs = {
         "format": FORMAT,
         "group": group.name,
         "variant": group.variant,
@@ -65,6 +65,9 @@ def install_inputs(group: InstallGroup) -> dict:
         "python": {"executable": sys.executable, "version": sys.version},
         "benchkit": benchkit_hash(),
     }
+    if group.with_requirements:  # the variant's --with directives (absent: no key, same hash)
+        inputs["with"] = list(group.with_requirements)
+    return inputs
 
 
 def input_hash(inputs: dict) -> str:

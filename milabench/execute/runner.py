@@ -5,7 +5,10 @@ For each `ProcessSpec` the sinks receive, in order: ``config`` (the redacted ent
 as they arrive, and ``end``. For a local process the runner adds its own ``data`` records
 of the process tree's memory (``process_tree``, see `milabench.execute.memory`): about
 once a second while the peak grows, every few seconds otherwise, and always one just
-before ``end``. Whatever happens (normal exit, crash, timeout, early stop,
+before ``end``, and records of what the rest of the host did meanwhile (``interference``:
+other processes' CPU time, steal, CPU pressure; `milabench.execute.interference`), one
+sampler per benchmark shared by its local processes. Whatever happens (normal exit,
+crash, timeout, early stop,
 Ctrl-C, an exception in the orchestrator) every process the benchmark started is gone
 when `run_specs` returns: see `milabench.execute.cleanup`.
 
@@ -28,6 +31,7 @@ from benchkit.channel import SmuggleDecoder
 from milabench.errors import MilabenchError, NodeError
 from milabench.events import RC_INTERRUPTED, RC_TIMEOUT, redact
 from milabench.execute import memory
+from milabench.execute.interference import InterferenceWatch
 from milabench.execute.launcher import (
     FolderError,
     Launcher,
@@ -326,11 +330,13 @@ async def run_one(
     meta: dict | None = None,
     job_stop: asyncio.Event | None = None,
     memory_interval: float | None = memory.INTERVAL,
+    interference: InterferenceWatch | None = None,
 ) -> Outcome:
     """Start one process, stream it, enforce its timeout, clean up, report its end.
 
     ``memory_interval``: seconds between samples of a local process tree's memory (None:
-    no ``process_tree`` records).
+    no ``process_tree`` records). ``interference``: the benchmark's watch of the rest of
+    the host (`milabench.execute.interference`); a local process joins it while it runs.
 
     ``job_stop`` is shared by the processes of one multi-node job: it is set once the
     process that reported ``stop`` is over (exited or stopped), and the others then get
@@ -356,6 +362,9 @@ async def run_one(
         return Outcome(spec.name, code, False, time.time() - began)
 
     sampler, sampling = _start_sampling(handle, emit, memory_interval)
+    if interference is not None and isinstance(handle, LocalHandle) and handle.pid is not None:
+        tracker = handle.tracker
+        interference.add(spec.name, handle.pid, emit, lambda: list(tracker.known.values()))
     channel = _Channel(emit)
     smuggle = spec.data_channel == "smuggle"
     pumps = [
@@ -434,6 +443,8 @@ async def run_one(
             task.cancel()
         if sampling is not None:
             sampling.cancel()
+        if interference is not None:
+            interference.remove(spec.name)
         early = early or channel.stopped.is_set()
         if channel.stopped.is_set() and job_stop is not None:
             job_stop.set()
@@ -481,6 +492,8 @@ async def run_specs(
     # One meta record per benchmark: the machine part is cached, the probe once per venv.
     meta = await _meta(specs[0], system)
     job_stop = asyncio.Event() if _one_job(specs) else None
+    watch = InterferenceWatch(interval) if interval is not None else None
+    watching = asyncio.ensure_future(watch.run()) if watch is not None else None
     tasks = [
         asyncio.ensure_future(
             run_one(
@@ -494,6 +507,7 @@ async def run_specs(
                 meta=meta if spec.entry is specs[0].entry else None,
                 job_stop=job_stop,
                 memory_interval=interval,
+                interference=watch,
             )
         )
         for spec in specs
@@ -505,6 +519,9 @@ async def run_specs(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+    finally:
+        if watching is not None:
+            watching.cancel()
 
 
 def run_specs_sync(specs: list[ProcessSpec], sinks: list, **kwargs: Any) -> list[Outcome]:

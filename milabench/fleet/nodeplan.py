@@ -151,6 +151,7 @@ class NodeCommandSettings:
     overrides: tuple[str, ...] = ()
     use_current_env: bool = False
     strict: bool = False
+    ignore_doctor: bool = False  # the node's run starts despite a doctor failure
 
 
 def phase_argv(settings: NodeCommandSettings, phase: str, run_name: str | None = None) -> list[str]:
@@ -173,6 +174,8 @@ def phase_argv(settings: NodeCommandSettings, phase: str, run_name: str | None =
         if run_name:
             argv += ["--run-name", run_name]
         argv += ["--dash", "no"]
+        if settings.ignore_doctor:
+            argv.append("--ignore-doctor")
     return argv
 
 

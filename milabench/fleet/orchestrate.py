@@ -113,6 +113,7 @@ class FleetOptions:
     node_python: str | None = None
     phases: tuple[str, ...] = PHASES
     grace: float = DEFAULT_GRACE
+    ignore_doctor: bool = False  # measure nodes whose doctor found a failure anyway
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -354,6 +355,47 @@ class Fleet:
             )
             return False
         job.prefix = (out.splitlines() or [""])[0].strip() or None
+        return await self.doctor(job)
+
+    async def doctor(self, job: _Job) -> bool:
+        """`milabench doctor`'s checks on the node, by its own Python, before anything is
+        copied (`milabench.monitor.health.probe_argv`). The findings go to fleet.json
+        (``doctor``); a Python that cannot import milabench's dependencies ends the node
+        (``install-failed``, naming the module and how to point at another Python), and
+        so does a failure (``run-failed``: its run would refuse) unless --ignore-doctor."""
+        from milabench.monitor import health
+
+        started = time.monotonic()
+        argv = health.probe_argv(job.python, paths=[job.run_base], modules=True)
+        try:
+            code, out, err = await job.runner.short(argv)
+        except (NodeError, OSError, TimeoutError) as exc:
+            job.record.extra["doctor_error"] = _reason_of(exc, "no answer")
+            return True
+        found = health.parse_probe_output(out)
+        if found is None:
+            why = short_reason(err.splitlines() or out.splitlines())
+            job.record.extra["doctor_error"] = f"the checks printed no result (exit {code}: {why})"
+            self.save()
+            return True
+        job.record.extra["doctor"] = [f.as_dict() for f in found]
+        job.record.extra["doctor_seconds"] = round(time.monotonic() - started, 3)
+        self.save()
+        modules = [f for f in found if f.check == "python_modules" and f.severity == health.FAIL]
+        if modules:
+            self.finish(job, "install-failed", f"{job.python!r} on the node: {modules[0].reason}")
+            return False
+        failed = health.failures(found)
+        if failed and not self.options.ignore_doctor:
+            first = failed[0]
+            more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+            self.finish(
+                job,
+                "run-failed",
+                f"milabench doctor: {first.subject} {first.check}: {first.reason}{more}; not "
+                "measured (its run would refuse to start; --ignore-doctor measures it anyway)",
+            )
+            return False
         return True
 
     async def push(self, job: _Job) -> bool:
@@ -405,6 +447,7 @@ class Fleet:
             overrides=tuple(self.options.overrides) + self.selection.overrides,
             use_current_env=self.options.use_current_env,
             strict=self.options.strict,
+            ignore_doctor=self.options.ignore_doctor,
         )
         return True
 

@@ -111,6 +111,9 @@ def benchmark_env(
         env["TORCH_HOME"] = str(Path(cache) / "torch")
         env["HF_HOME"] = str(Path(cache) / "huggingface")
     env["OMP_NUM_THREADS"] = str(cpu_per_gpu(entry, system))
+    # The node's accelerators as the plans count them (`gpu_count`: 0 when the arch is
+    # cpu): what a prepare step sizes a data set that every rank reads by.
+    env["MILABENCH_GPU_COUNT"] = str(gpu_count(system))
     env["PYTHONUNBUFFERED"] = "1"
 
     arch = str(system.get("arch") or "cpu")

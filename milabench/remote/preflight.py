@@ -12,6 +12,13 @@ the main node's: Python, milabench version, commit and code hash, and for each i
 group the torch version and the hash of the package list. Each differing node is one
 ``FAIL node <name>: differs from <main>: <what> <its value> vs <main's value>`` line.
 
+Each node also runs `milabench doctor`'s checks with its own Python, before anything is
+copied (`milabench.monitor.health.probe_argv`): a failure there (a capped or erroring GPU,
+a full disk) fails the preflight unless ``ignore_doctor``; warnings are listed per node.
+Whether that Python can import milabench's dependencies is reported as a warning: a
+multi-node run's workers run only benchmark environments, but `milabench fleet` and
+jobs that run milabench on the node need them.
+
 Otherwise one torchrun per node runs `milabench.remote.probe.ALLREDUCE` (gloo on CPU,
 nccl on GPU) with a static rendezvous on the main node, and rank 0 reports latency and
 bandwidth. Paths under the main node's base (the interpreter, the environments) are each
@@ -26,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from milabench.errors import NodeError
+from milabench.monitor import health
 from milabench.plan.spec import ProcessSpec
 from milabench.remote.codesync import CodeLayout, push_and_check
 from milabench.remote.dispatch import NodeLauncher
@@ -47,6 +55,8 @@ class NodeFacts:
     facts: dict = field(default_factory=dict)
     error: str | None = None
     code: str | None = None  # how the node gets the code: local, shared, rsync, sftp
+    doctor: list[health.Finding] = field(default_factory=list)  # `milabench doctor` there
+    doctor_error: str | None = None  # the checks could not run (why)
 
     @property
     def ok(self) -> bool:
@@ -277,6 +287,47 @@ async def _probe_all(
     ]
 
 
+async def doctor_node(
+    node: dict,
+    system: dict,
+    pool: ConnectionPool,
+    facts: NodeFacts,
+    *,
+    python: str,
+    base: str | None,
+    timeout: float = 60.0,
+) -> None:
+    """`milabench doctor`'s checks on one node with its ``python``: into ``facts.doctor``
+    (``facts.doctor_error`` when they could not run). A missing dependency of milabench
+    is downgraded to a warning here (see the module docstring)."""
+    argv = health.probe_argv(
+        python,
+        paths=[base] if base else [],
+        modules=True,
+        python_hint="--node-python PATH (or the fleet.python option)",
+    )
+    try:
+        if runs_locally(node, system):
+            code, out, err = await run_here(argv, timeout)
+        else:
+            result = await pool.run(node, argv, timeout=timeout)
+            code = result.exit_status or 0
+            out, err = str(result.stdout or ""), str(result.stderr or "")
+    except (NodeError, OSError, TimeoutError) as exc:
+        facts.doctor_error = str(exc) or type(exc).__name__
+        return
+    found = health.parse_probe_output(out)
+    if found is None:
+        tail = " | ".join(x for x in err.strip().splitlines()[-2:] if x.strip())
+        facts.doctor_error = f"{python}: the checks printed no result (exit {code}): {tail[-200:]}"
+        return
+    for f in found:
+        if f.check == "python_modules" and f.severity == health.FAIL:
+            f.severity = health.WARN
+            f.reason += " (needed where milabench itself runs: milabench fleet, batch jobs)"
+    facts.doctor = found
+
+
 def _here(path: str, node: dict, base: str | None, main: dict) -> str:
     """``path`` (a main-node path) as seen on ``node``: under its own base."""
     if base is None or node.get("name") == main.get("name"):
@@ -298,12 +349,18 @@ async def preflight(
     code_paths: list[Path] | None = None,
     venvs: dict[str, str] | None = None,
     versions: bool = True,
+    node_python: dict[str, str] | None = None,
+    doctor: bool = True,
+    ignore_doctor: bool = False,
 ) -> PreflightResult:
     """Every check, in order: node facts, versions (with ``base``), the all-reduce.
 
     ``venvs`` maps each install group used to its environment on the main node (the
     versions compared per group); ``code_paths`` are the benchmark folders and config
-    files a run would copy (`milabench.remote.codesync.code_paths`).
+    files a run would copy (`milabench.remote.codesync.code_paths`). ``node_python``:
+    the interpreter that runs milabench on each node (by name; ``python3`` when absent),
+    which runs the doctor's checks there (``doctor``); a failure among them fails the
+    preflight unless ``ignore_doctor``.
     """
     launcher = NodeLauncher(system)
     pool = launcher.ssh.pool
@@ -320,6 +377,30 @@ async def preflight(
         facts = await _probe_all(system, nodes, pool, python=pythons, envs=node_envs, port=port)
         result = PreflightResult(facts)
         result.failures = [f.error for f in facts if f.error]
+        if doctor and not result.failures:
+            await asyncio.gather(
+                *(
+                    doctor_node(
+                        n,
+                        system,
+                        pool,
+                        f,
+                        python=(node_python or {}).get(str(n["name"]), "python3"),
+                        base=node_base(n, main_base) if main_base is not None else None,
+                    )
+                    for n, f in zip(nodes, facts, strict=True)
+                )
+            )
+            if not ignore_doctor:
+                for f in facts:
+                    failed = health.failures(f.doctor)
+                    if failed:
+                        first = failed[0]
+                        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+                        result.failures.append(
+                            f"node {f.name}: milabench doctor: {first.subject} {first.check}: "
+                            f"{first.reason}{more} (--ignore-doctor goes on anyway)"
+                        )
         if not result.failures:
             ref = facts[0].facts.get("python")
             for f in facts[1:]:
@@ -433,6 +514,14 @@ def render(result: PreflightResult) -> str:
             f" bandwidth {a['algbw_gbps']:.3f} GB/s (bus {a['busbw_gbps']:.3f} GB/s),"
             f" latency {a['latency_us']:.0f} us"
         )
+    for f in result.nodes:
+        problems = [x for x in f.doctor if x.severity != health.OK]
+        if f.doctor:
+            ok = len(f.doctor) - len(problems)
+            lines.append(f"doctor {f.name}: {health.summary_line(f.doctor)} ({ok} checks ok)")
+        lines += [f"  {x.severity}: {x.subject} {x.check}: {x.reason}" for x in problems]
+        if f.doctor_error:
+            lines.append(f"doctor {f.name}: not checked: {f.doctor_error}")
     for failure in result.failures:
         lines.append(f"FAIL {failure}")
     return "\n".join(lines)

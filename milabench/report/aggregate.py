@@ -30,6 +30,7 @@ from benchkit.window import Interval, rate_interval, t975
 from milabench.config.entry import Entry, as_entry
 from milabench.report import outcome, stats
 from milabench.report.efficiency import PeakTable, counter_energy, efficiency
+from milabench.report.interference import apply_interference
 from milabench.report.numbers import MISSING, fmt_duration, fmt_seconds, fmt_sig
 from milabench.report.runs import FileResult
 
@@ -326,7 +327,13 @@ class BenchResult:
     product: str | None = None
     peak_tflops: float | None = None  # the devices' peak for the precision, together
     mfu: float | None = None  # model FLOPs utilisation, 0..1
+    # recomputation included (activation checkpointing), when declared: beside the MFU
+    hardware_flops_per_item: float | None = None
+    hardware_tflops: float | None = None
+    hfu: float | None = None  # hardware FLOPs utilisation, 0..1
     reason: str | None = None
+    # the suite entry's `parity` ("same" / "different: <why>", docs/parity.md), or None
+    parity: str | None = None
     phase: str = "run"
     # How good the number is (docs/measurement.md): over the successful files.
     observations: int = 0
@@ -344,6 +351,11 @@ class BenchResult:
     # fraction of a step over the successful files, and that file's seconds per step.
     overhead: float | None = None
     overhead_per_step_s: float | None = None
+    # What the rest of the machine did during the measured window (other processes,
+    # steal, CPU pressure, GPU slowdowns, XIDs: `milabench.report.interference`)
+    interference: dict | None = None
+    interference_text: str | None = None  # the column: "others 45%", "none"
+    target_unreachable: bool = False  # a window ended early: the target could not be met
 
     @property
     def perf(self) -> float:
@@ -361,6 +373,7 @@ def apply_entry(br: BenchResult, entry: Entry | Mapping[str, Any]) -> None:
     br.enabled = entry.enabled
     br.group = entry.group or br.group
     br.plan_method = entry.plan.method
+    br.parity = entry.parity
 
 
 def _accelerator_stats(br: BenchResult, files: list[FileResult], per_gpu: bool) -> None:
@@ -441,6 +454,30 @@ def apply_efficiency(br: BenchResult, peaks: PeakTable | None) -> None:
     br.product = found.product
     br.peak_tflops = found.peak_tflops
     br.mfu = found.mfu
+    br.hardware_flops_per_item = found.hardware_flops_per_item
+    br.hardware_tflops, br.hfu = found.hardware_tflops, found.hfu
+
+
+def count_devices(files: list[FileResult]) -> int:
+    """The accelerators a benchmark ran on, every node counted.
+
+    A device is known by its node and its index: device indexes restart at 0 on every
+    node, so a two-node job on 8 GPUs per node ran on 16 devices, not on the 8 indexes
+    that the nodes share. Per-device processes (tags ``D<i>``) name their device; one
+    process seeing all the devices of its node counts what the node's monitor sampled.
+    In a multi-node launch only global rank 0 writes samples (its node's devices): every
+    node runs the same ``--nproc-per-node``, so a node without samples counts as many
+    devices as the nodes that have them (the largest such count)."""
+    tagged = {(fr.node, fr.device) for fr in files if fr.device is not None}
+    if tagged:
+        return len(tagged)
+    per_node: dict[str | None, set[str]] = defaultdict(set)
+    for fr in files:
+        per_node[fr.node].update(str(k) for _, gd in fr.gpudata for k in gd)
+    seen = [len(keys) for keys in per_node.values() if keys]
+    if not seen:
+        return 0
+    return sum(len(keys) or max(seen) for keys in per_node.values())
 
 
 def aggregate_benchmark(br: BenchResult, peaks: PeakTable | None = None) -> BenchResult:
@@ -460,10 +497,7 @@ def aggregate_benchmark(br: BenchResult, peaks: PeakTable | None = None) -> Benc
     ok = [fr for fr in active if br.statuses[fr.tag] == SUCCESS]
     br.fail = br.n - len(ok)
     per_gpu = br.plan_method == "per_gpu" or any(fr.device is not None for fr in files)
-    devices = {fr.device for fr in active if fr.device is not None}
-    if not devices:  # one process seeing all devices: count what the monitors saw
-        devices = {str(k) for fr in active for _, gd in fr.gpudata for k in gd}
-    br.ngpu = len(devices)
+    br.ngpu = count_devices(active)
     br.units = next((fr.units for fr in ok if fr.units), None)
     pooled = [r for fr in ok for r in fr.rates]
     br.samples = stats.trim(pooled)
@@ -483,6 +517,7 @@ def aggregate_benchmark(br: BenchResult, peaks: PeakTable | None = None) -> Benc
     _accelerator_stats(br, ok, per_gpu)
     _measurement_quality(br, ok, per_gpu)
     _instrumentation_overhead(br, ok)
+    apply_interference(br, ok or active)  # a failed benchmark's XIDs explain it too
     apply_efficiency(br, peaks)
     several = len(active) > 1
     for fr in active:

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from milabench.monitor.health import Finding, read_doctor_file
 from milabench.report import outcome
 from milabench.report.aggregate import (
     BenchResult,
@@ -37,6 +38,9 @@ class Report:
     suite: SuiteScore
     layers: list[LayerResult] = field(default_factory=list)
     decision: outcome.Verdict | None = None  # computed from the rest when not given
+    # `milabench doctor`'s findings when the run started (``doctor.json`` of each run
+    # folder, docs/doctor.md): (run folder name, finding); empty for older runs
+    doctor: list[tuple[str, Finding]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.decision is None:
@@ -94,7 +98,31 @@ def system_summary(files: list[FileResult]) -> dict:
         "n_gpu": len(gpus) if isinstance(gpus, dict) else 0,
         "memory": mem.get("total") if isinstance(mem, dict) else None,
         "hostname": (meta.get("os") or {}).get("nodename"),
+        "build": build_summary(files),
     }
+
+
+def build_summary(files: list[FileResult]) -> str | None:
+    """The builds the benchmarks ran with, from their `meta` records: the environment's
+    install variant and CUDA runtime (``cuda12 (CUDA 12.8)``), else the CUDA build chosen
+    for the node; several joined with ``, `` (``cuda12 (CUDA 12.8, 12.9)`` when the JAX
+    group's runtime differs from torch's); None when no record names one. Two runs whose
+    builds differ are not the same software (`milabench compare` says so)."""
+    builds: dict[str, set[str]] = {}
+    for fr in files:
+        meta = fr.meta or {}
+        install = (meta.get("environment") or {}).get("install") or {}
+        variant = install.get("variant") or (meta.get("cuda_build") or {}).get("variant")
+        if not isinstance(variant, str) or not variant:
+            continue
+        runtimes = builds.setdefault(variant, set())
+        if install.get("cuda_runtime"):
+            runtimes.add(str(install["cuda_runtime"]))
+    parts = []
+    for variant in sorted(builds):
+        runtimes = sorted(builds[variant])
+        parts.append(f"{variant} (CUDA {', '.join(runtimes)})" if runtimes else variant)
+    return ", ".join(parts) or None
 
 
 def build_report(
@@ -136,7 +164,17 @@ def build_report(
         benchmarks=rows,
         suite=suite_score(rows),
         layers=layers,
+        doctor=doctor_findings(run_dirs),
     )
+
+
+def doctor_findings(run_dirs: list[Path]) -> list[tuple[str, Finding]]:
+    """The findings each run folder recorded when its run started (``doctor.json``)."""
+    out = []
+    for run_dir in run_dirs:
+        for finding in read_doctor_file(str(run_dir)) or []:
+            out.append((Path(run_dir).name, finding))
+    return out
 
 
 def nothing_measured_why(benches: list[BenchResult], sources: list[Path]) -> str:

@@ -35,11 +35,17 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 @dataclass(frozen=True)
 class PeakEntry:
-    """Dense (no sparsity) peak TFLOPS of one device model, per precision."""
+    """Dense (no sparsity) peak TFLOPS of one device model, per precision.
+
+    ``peaks`` are the datasheet's figures for the whole package; ``dies`` is how many
+    devices the monitors (and the frameworks) list for one package: an MI250X is two
+    GCDs, each its own device with half the package's peak. `PeakTable.peak` gives the
+    figure of one listed device, package / dies."""
 
     pattern: str  # matched case-insensitively as a substring of the product name
     peaks: Mapping[str, float]
     source: str = ""
+    dies: int = 1
 
 
 class PeakTable:
@@ -56,11 +62,15 @@ class PeakTable:
         return next((e for e in self.entries if e.pattern.lower() in name), None)
 
     def peak(self, product: str | None, precision: str | None) -> float | None:
+        """Peak TFLOPS of ONE device as the monitors list it (a die of a multi-die
+        package: the package's figure / ``dies``), None when unknown."""
         entry = self.lookup(product)
         if entry is None or not precision:
             return None
         value = entry.peaks.get(precision)
-        return float(value) if isinstance(value, int | float) and value > 0 else None
+        if not isinstance(value, int | float) or value <= 0:
+            return None
+        return float(value) / entry.dies
 
     def merged(self, other: PeakTable) -> PeakTable:
         """This table with ``other``'s entries replacing those of the same pattern."""
@@ -74,7 +84,8 @@ class PeakTableError(ConfigError):
 
 
 def parse_peaks(data: Any, origin: str) -> PeakTable:
-    """``{devices: {<pattern>: {fp32: .., tf32: .., fp16: .., bf16: .., fp8: .., source: ..}}}``."""
+    """``{devices: {<pattern>: {fp32: .., tf32: .., fp16: .., bf16: .., fp8: .., source: ..,
+    dies: ..}}}`` (``dies``: devices listed per package, default 1)."""
     devices = data.get("devices") if isinstance(data, dict) else None
     if not isinstance(devices, dict):
         raise PeakTableError(f"{origin}: expected a mapping `devices: {{<product>: {{...}}}}`")
@@ -83,8 +94,14 @@ def parse_peaks(data: Any, origin: str) -> PeakTable:
         if not isinstance(row, dict):
             raise PeakTableError(f"{origin}: devices.{pattern}: expected a mapping of peaks")
         peaks: dict[str, float] = {}
+        dies = row.get("dies", 1)
+        if isinstance(dies, bool) or not isinstance(dies, int) or dies < 1:
+            raise PeakTableError(
+                f"{origin}: devices.{pattern}.dies: expected a whole number of devices per "
+                f"package (1 or more), got {dies!r}"
+            )
         for key, value in row.items():
-            if key == "source":
+            if key in ("source", "dies"):
                 continue
             if key not in PRECISIONS:
                 raise PeakTableError(
@@ -99,7 +116,7 @@ def parse_peaks(data: Any, origin: str) -> PeakTable:
                     f"TFLOPS, got {value!r}"
                 )
             peaks[key] = float(value)
-        entries.append(PeakEntry(str(pattern), peaks, str(row.get("source") or "")))
+        entries.append(PeakEntry(str(pattern), peaks, str(row.get("source") or ""), dies))
     return PeakTable(entries)
 
 
@@ -165,6 +182,11 @@ class Efficiency:
     product: str | None = None
     peak_tflops: float | None = None  # all devices together
     mfu: float | None = None  # 0..1
+    # Hardware FLOPs (recomputation under activation checkpointing included), when the
+    # benchmark declared them beside its model FLOPs: TFLOPS and utilisation (HFU).
+    hardware_flops_per_item: float | None = None
+    hardware_tflops: float | None = None
+    hfu: float | None = None
 
 
 def efficiency(
@@ -176,7 +198,9 @@ def efficiency(
     files: list[FileResult],
     peaks: PeakTable | None,
 ) -> Efficiency:
-    """TFLOPS and MFU of a benchmark whose rate is ``rate`` items/s on ``ngpu`` devices."""
+    """TFLOPS and MFU of a benchmark whose rate is ``rate`` items/s on ``ngpu`` devices
+    (every device of every node), from its model FLOPs per item; the hardware FLOPs (with
+    recomputation), when declared, give ``hardware_tflops`` and ``hfu`` beside them."""
     out = Efficiency()
     decl = declared_flops(files)
     if not decl:
@@ -190,6 +214,10 @@ def efficiency(
     if not math.isfinite(rate):
         return out
     out.tflops = rate * per_item / 1e12
+    hardware = decl.get("hardware_flops_per_item")
+    if isinstance(hardware, int | float) and hardware > 0:
+        out.hardware_flops_per_item = float(hardware)
+        out.hardware_tflops = rate * hardware / 1e12
     if ci_low is not None and ci_high is not None:
         out.tflops_low = ci_low * per_item / 1e12
         out.tflops_high = ci_high * per_item / 1e12
@@ -199,6 +227,8 @@ def efficiency(
         if peak:
             out.peak_tflops = peak * ngpu
             out.mfu = out.tflops / out.peak_tflops
+            if out.hardware_tflops is not None:
+                out.hfu = out.hardware_tflops / out.peak_tflops
     return out
 
 

@@ -38,11 +38,13 @@ import os
 import statistics
 import tempfile
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from milabench.errors import MilabenchError, UsageError
 from milabench.events import check_version
+from milabench.monitor.health import FAIL, OK, Finding
 from milabench.report.build import Report, build_report
 from milabench.report.fleet_model import (
     BASELINE_KIND,
@@ -56,6 +58,7 @@ from milabench.report.fleet_model import (
     DEFAULT_MAD_K,
     DEFAULT_MIN_GAP,
     DEFAULT_TOLERANCE,
+    DOCTOR,
     ENVIRONMENT,
     FAILED,
     FLAG_KINDS,
@@ -76,6 +79,7 @@ from milabench.report.fleet_model import (
     BaselineEntry,
     BenchCell,
     BenchRow,
+    DoctorRow,
     EnvRow,
     Flag,
     FleetData,
@@ -183,6 +187,9 @@ def _parse_nodes(raw: Any, source: Path) -> list[FleetNode]:
                 phase=_opt_str(item.get("phase")),
             )
         )
+        found = item.get("doctor")
+        if isinstance(found, list):
+            nodes[-1].doctor = [Finding.from_dict(x) for x in found if isinstance(x, dict)]
     return nodes
 
 
@@ -219,6 +226,8 @@ def _read_node_run(folder: Path, node: FleetNode) -> None:
         node.problem = f"run folder {node.run} cannot be read: {type(exc).__name__}: {exc}"
         return
     node.cells = _cells(node.report)
+    if node.report.doctor:  # the checks at the start of its run: closer to what it measured
+        node.doctor = [f for _, f in node.report.doctor]
     if not node.cells:
         why = "; ".join(node.report.verdict_reasons) or "no .data file"
         node.problem = f"run folder {node.run} holds no benchmark result ({why})"
@@ -256,6 +265,7 @@ def _cells(report: Report) -> dict[str, BenchCell]:
             n=row["n"],
             fail=row["fail"],
             reason=reason,
+            causes=list((row.get("interference_detail") or {}).get("causes") or []),
         )
     return cells
 
@@ -372,6 +382,8 @@ def build_fleet_report(
         notes.append("no environment recorded for " + ", ".join(missing_env) + ": not compared")
     if baseline is not None:
         _apply_baseline(data, rows, baseline, th, flags, notes)
+    flags[:] = with_causes(data, flags)
+    flags += doctor_flags(data)
     order = {n.name: i for i, n in enumerate(data.nodes)}
     kinds = {k: i for i, k in enumerate(FLAG_KINDS)}
     bench_order = {r.name: i for i, r in enumerate(rows)}
@@ -391,7 +403,78 @@ def build_fleet_report(
         flagged=flags,
         notes=notes,
         baseline=baseline,
+        doctor=compare_doctor(data.nodes),
     )
+
+
+# -- causes: interference during the window, the doctor's findings -------------------------
+
+
+def _problems(node: FleetNode) -> list[Finding]:
+    return [f for f in node.doctor if f.severity != OK]
+
+
+def with_causes(data: FleetData, flags: list[Flag]) -> list[Flag]:
+    """Slow and failed flags with what may explain them appended to the reason: the
+    interference seen during that benchmark's window on that node (other processes,
+    steal, GPU slowdowns, XIDs) and the node's doctor warnings and failures."""
+    out = []
+    for flag in flags:
+        if flag.kind not in (SLOW, FAILED, BELOW_BASELINE):
+            out.append(flag)
+            continue
+        try:
+            node = data.node(flag.node)
+        except (KeyError, StopIteration):
+            out.append(flag)
+            continue
+        extra = []
+        cell = node.cells.get(flag.benchmark) if flag.benchmark else None
+        if cell is not None and cell.causes:
+            extra.append("seen during its window: " + "; ".join(cell.causes[:2]))
+        problems = _problems(node)
+        if problems:
+            listed = "; ".join(f"{f.subject} {f.check}: {f.reason}" for f in problems[:3])
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            extra.append(f"milabench doctor on this node: {listed}{more}")
+        if extra and not flag.reason.endswith(tuple(extra)):
+            flag = replace(flag, reason=flag.reason + "; " + "; ".join(extra))
+        out.append(flag)
+    return out
+
+
+def doctor_flags(data: FleetData) -> list[Flag]:
+    """A node that was measured although the doctor found a failure on it (the fleet or
+    its run was told --ignore-doctor): its figures describe a degraded machine."""
+    out = []
+    for node in data.nodes:
+        failed = [f for f in node.doctor if f.severity == FAIL]
+        if failed and node.ok:
+            listed = "; ".join(f"{f.subject} {f.check}: {f.reason}" for f in failed[:3])
+            out.append(Flag(node.name, None, DOCTOR, f"measured despite doctor failures: {listed}"))
+    return out
+
+
+def compare_doctor(nodes: list[FleetNode]) -> list[DoctorRow]:
+    """Every doctor check that is not ``ok`` on some node, with each node's finding, so
+    that a node's warning reads next to its peers' state (``pcie_link`` x8 on one node,
+    x16 on the others)."""
+    keys: dict[tuple[str, str], None] = {}
+    per_node: dict[str, dict[tuple[str, str], Finding]] = {}
+    for node in nodes:
+        found = per_node.setdefault(node.name, {})
+        for f in node.doctor:
+            found[(f.check, f.subject)] = f
+            keys.setdefault((f.check, f.subject), None)
+    rows = []
+    for check, subject in keys:
+        findings = {
+            n: per_node[n][(check, subject)] for n in per_node if (check, subject) in per_node[n]
+        }
+        problems = [n for n, f in findings.items() if f.severity != OK]
+        if problems:
+            rows.append(DoctorRow(check, subject, findings, problems))
+    return rows
 
 
 def _units(units: str | None) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from milabench.errors import UsageError
+from milabench.monitor.health import Finding
 from milabench.report.build import Report
 
 FLEET_FILE = "fleet.json"
@@ -37,7 +38,9 @@ SLOW = "slow"
 FAILED = "failed"
 ENVIRONMENT = "environment"
 BELOW_BASELINE = "below-baseline"
-FLAG_KINDS = (FAILED, SLOW, BELOW_BASELINE, ENVIRONMENT)
+# a node measured although `milabench doctor` found a failure on it (--ignore-doctor)
+DOCTOR = "doctor"
+FLAG_KINDS = (FAILED, SLOW, BELOW_BASELINE, ENVIRONMENT, DOCTOR)
 
 # Cell statuses (one benchmark on one node).
 CELL_OK = "ok"  # measured, every process succeeded
@@ -138,6 +141,8 @@ class BenchCell:
     n: int = 0
     fail: int = 0
     reason: str | None = None  # why it is not `ok`, from the run files
+    # interference seen during the measured window (`milabench.report.interference`)
+    causes: list[str] = field(default_factory=list)
 
     @property
     def halfwidth(self) -> float | None:
@@ -163,6 +168,9 @@ class FleetNode:
     report: Report | None = None
     problem: str | None = None  # why the run folder could not be used
     cells: dict[str, BenchCell] = field(default_factory=dict)
+    # `milabench doctor`'s findings: the node's run folder's (at the start of its run),
+    # else fleet.json's (checked by the fleet when it reached the node)
+    doctor: list[Finding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -316,6 +324,17 @@ class Baseline:
 
 
 @dataclass
+class DoctorRow:
+    """One doctor check across the nodes (``check`` on ``subject``): each node's finding,
+    and the nodes whose severity is not ``ok``."""
+
+    check: str
+    subject: str
+    findings: dict[str, Finding]  # node -> its finding (absent: not checked there)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
 class FleetReport:
     """Everything the renderers print; `exit_code` is 0 exactly when nothing is flagged."""
 
@@ -327,6 +346,7 @@ class FleetReport:
     flagged: list[Flag]
     notes: list[str]
     baseline: Baseline | None = None
+    doctor: list[DoctorRow] = field(default_factory=list)
 
     @property
     def flagged_nodes(self) -> list[str]:

@@ -242,6 +242,31 @@ def same_env_line(report: FleetReport) -> str:
     return f"same on all {nodes} nodes that recorded it: " + ", ".join(parts)
 
 
+def doctor_table(report: FleetReport) -> tuple[list[str], list[list[str]]]:
+    """Doctor checks that are not ok on some node: one row per check, one column per
+    node with its severity (``-``: not checked there), then the nodes' reasons."""
+    columns = ["check", "subject"] + report.nodes
+    rows = []
+    for row in report.doctor:
+        cells = [row.check, row.subject]
+        cells += [row.findings[n].severity if n in row.findings else MISSING for n in report.nodes]
+        rows.append(cells)
+    return columns, rows
+
+
+def doctor_details(report: FleetReport) -> list[str]:
+    """``node: severity subject check: reason`` for every problem of the doctor table."""
+    return [
+        f"{n}: {row.findings[n].severity} {row.subject} {row.check}: {row.findings[n].reason}"
+        for row in report.doctor
+        for n in row.problems
+    ]
+
+
+def _doctor_checked(report: FleetReport) -> int:
+    return sum(1 for n in report.data.nodes if n.doctor)
+
+
 def baseline_rows(report: FleetReport) -> list[list[str]]:
     """Benchmark, hardware model, expected rate, each node's rate / expected."""
     b = report.baseline
@@ -341,6 +366,14 @@ def render_text(report: FleetReport) -> str:
         lines.append(same)
     if not report.environment:
         lines.append("no node recorded an environment")
+    if _doctor_checked(report):
+        lines += _title("Doctor (milabench doctor on each node)")
+        if report.doctor:
+            columns, rows = doctor_table(report)
+            lines += _grid(columns, rows, NO_NUMBERS)
+            lines += [f"  ~ {d}" for d in doctor_details(report)]
+        else:
+            lines.append(f"every check ok on the {_doctor_checked(report)} nodes checked")
     if report.baseline is not None:
         where = report.baseline.path or "baseline"
         src = f" (from {report.baseline.source})" if report.baseline.source else ""
@@ -393,6 +426,14 @@ def render_markdown(report: FleetReport) -> str:
     same = same_env_line(report)
     if same:
         out.append(_md(same))
+    if _doctor_checked(report):
+        out += ["", "### Doctor", ""]
+        if report.doctor:
+            columns, rows = doctor_table(report)
+            out += _md_table(columns, rows, NO_NUMBERS) + [""]
+            out += [f"* {_md(d)}" for d in doctor_details(report)]
+        else:
+            out.append(f"every check ok on the {_doctor_checked(report)} nodes checked")
     if report.baseline is not None:
         out += ["", f"### Baseline `{report.baseline.path or ''}`", ""]
         rows = baseline_rows(report)
@@ -531,8 +572,18 @@ def fleet_report_dict(report: FleetReport) -> dict[str, Any]:
                 "problem": n.problem,
                 "run_verdict": n.report.verdict if n.report is not None else None,
                 "environment": n.environment,
+                "doctor": [f.as_dict() for f in n.doctor],
             }
             for n in d.nodes
+        ],
+        "doctor": [
+            {
+                "check": r.check,
+                "subject": r.subject,
+                "problems": r.problems,
+                "findings": {n: f.as_dict() for n, f in r.findings.items()},
+            }
+            for r in report.doctor
         ],
         "benchmarks": benchmarks,
         "summary": summary,
@@ -646,6 +697,16 @@ def render_html(report: FleetReport) -> str:
     same = same_env_line(report)
     if same:
         h.append(f"<p>{escape(same)}</p>")
+    if _doctor_checked(report):
+        h.append("<h2>Doctor</h2>")
+        if report.doctor:
+            columns, rows = doctor_table(report)
+            h += _html_table(columns, rows, NO_NUMBERS, css="doctor")
+            h.append('<ul class="notes">')
+            h += [f"<li>{escape(d)}</li>" for d in doctor_details(report)]
+            h.append("</ul>")
+        else:
+            h.append(f"<p>every check ok on the {_doctor_checked(report)} nodes checked</p>")
     if report.baseline is not None:
         h.append(f"<h2>Baseline <code>{escape(str(report.baseline.path or ''))}</code></h2>")
         rows = baseline_rows(report)

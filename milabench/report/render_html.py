@@ -15,7 +15,9 @@ from milabench.report.numbers import fmt_pct, fmt_sig
 from milabench.report.render_tables import (
     _table_cells,
     breakdown_rows,
+    doctor_lines,
     fmt_halfwidth,
+    parity_lines,
     system_value,
     table_columns,
     verdict_line,
@@ -100,7 +102,7 @@ def render_html(report: Report) -> str:
         h += [f"<li>{escape(reason)}</li>" for reason in report.verdict_reasons]
         h.append("</ul>")
     h.append("<h2>System</h2><table>")
-    for key in ("cpu", "n_cpu", "product", "n_gpu", "memory", "hostname"):
+    for key in ("cpu", "n_cpu", "product", "n_gpu", "memory", "hostname", "build"):
         h.append(
             f"<tr><th>{key}</th><td>{escape(system_value(key, report.system.get(key)))}</td></tr>"
         )
@@ -120,6 +122,16 @@ def render_html(report: Report) -> str:
     if warnings:
         h.append('<h2>Warnings</h2><ul class="warnings">')
         h += [f"<li>{escape(w)}</li>" for w in warnings]
+        h.append("</ul>")
+    different = parity_lines(report)
+    if different:
+        h.append('<h2>Not comparable with upstream milabench</h2><ul class="warnings">')
+        h += [f"<li>{escape(d)}</li>" for d in different]
+        h.append("</ul>")
+    machine = doctor_lines(report)
+    if machine:
+        h.append('<h2>Machine at the start (milabench doctor)</h2><ul class="warnings">')
+        h += [f"<li>{escape(m)}</li>" for m in machine]
         h.append("</ul>")
     bars = [(br.name, br.raw_rate, _ci_half(br)) for br in report.benchmarks if br.summary]
     h += ['<div class="plots">', bar_chart("Rate per benchmark (± 95% interval)", bars,

@@ -87,7 +87,17 @@ def breakdown_rows(report: Report) -> list[dict[str, Any]]:
             "mfu": _num(br.mfu),
             "samples": len(br.samples),
             "warnings": list(br.warnings),
+            "parity": br.parity,
         }
+        if br.hardware_flops_per_item is not None:  # declared beside the model FLOPs
+            row["hardware_flops_per_item"] = br.hardware_flops_per_item
+            row["hardware_tflops"] = _num(br.hardware_tflops)
+            row["hfu"] = _num(br.hfu)
+        if br.interference is not None:  # runs that recorded interference samples
+            row["interference"] = br.interference_text
+            row["interference_detail"] = br.interference
+        if br.target_unreachable:
+            row["target_unreachable"] = True
         if br.overhead is not None:  # voirfile benchmarks only: no key for the others
             row["overhead"] = _num(br.overhead)
             row["overhead_per_step_s"] = _num(br.overhead_per_step_s)
@@ -106,6 +116,8 @@ def fmt_halfwidth(halfwidth: float | None) -> str:
 
 
 def _target_cell(row: dict[str, Any]) -> str:
+    if row.get("target_unreachable"):
+        return "unreachable"
     met = row.get("target_met")
     return MISSING if met is None else ("met" if met else "missed")
 
@@ -120,6 +132,11 @@ def has_flops(rows: list[dict[str, Any]]) -> bool:
     return any(r.get("tflops") is not None for r in rows)
 
 
+def has_hardware_flops(rows: list[dict[str, Any]]) -> bool:
+    """Some row declared hardware FLOPs beside its model FLOPs (then HFU is shown)."""
+    return any(r.get("hardware_tflops") is not None for r in rows)
+
+
 def has_energy(rows: list[dict[str, Any]]) -> bool:
     """Some row has an energy figure (a monitor reported power or an energy counter)."""
     return any(r.get("energy") is not None or r.get("items_per_joule") for r in rows)
@@ -129,6 +146,17 @@ def has_energy(rows: list[dict[str, Any]]) -> bool:
 # scored columns stay last; a CPU-only report keeps its width.
 EFFICIENCY_COLUMNS = ["TFLOPS", "MFU"]
 ENERGY_COLUMNS = ["energy", "items/J"]
+# Hardware FLOPs utilisation (recomputation included) beside the MFU, when declared.
+HFU_COLUMN = "HFU"
+
+
+# What the rest of the machine did during the window (docs/doctor.md): after "target",
+# shown when some row recorded it (runs made before it existed keep their width).
+INTERFERENCE_COLUMN = "interference"
+
+
+def has_interference(rows: list[dict[str, Any]]) -> bool:
+    return any(r.get("interference") is not None for r in rows)
 
 
 def table_columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -137,9 +165,13 @@ def table_columns(rows: list[dict[str, Any]]) -> list[str]:
     columns = list(COLUMNS)
     if has_overhead(rows):
         columns.insert(_OVERHEAD_AT, OVERHEAD_COLUMN)
+    if has_interference(rows):
+        columns.insert(columns.index("target") + 1, INTERFERENCE_COLUMN)
     at = columns.index("score")
-    extra = (EFFICIENCY_COLUMNS if has_flops(rows) else []) + (
-        ENERGY_COLUMNS if has_energy(rows) else []
+    extra = (
+        (EFFICIENCY_COLUMNS if has_flops(rows) else [])
+        + ([HFU_COLUMN] if has_hardware_flops(rows) else [])
+        + (ENERGY_COLUMNS if has_energy(rows) else [])
     )
     return columns[:at] + extra + columns[at:]
 
@@ -175,12 +207,14 @@ def _table_cells(row: dict[str, Any], columns: list[str] | None = None) -> list[
         "measured": fmt_seconds(row["measured_s"]),
         OVERHEAD_COLUMN: fmt_overhead(row.get("overhead")),
         "target": _target_cell(row),
+        INTERFERENCE_COLUMN: row.get("interference") or MISSING,
         "sem%": fmt_pct(row["sem"]),
         "std%": fmt_pct(row["std"]),
         "peak RSS": fmt_bytes(row["peak_rss"]),
         "peak acc mem": fmt_bytes(None if mem is None else mem * 2**20),
         "TFLOPS": fmt_sig(row.get("tflops")),
         "MFU": fmt_mfu(row.get("mfu")),
+        HFU_COLUMN: fmt_mfu(row.get("hfu")),
         "energy": fmt_energy(row.get("energy")),
         "items/J": fmt_sig(row.get("items_per_joule")),
         "score": fmt_sig(row["score"]),
@@ -222,12 +256,40 @@ def warning_lines(report: Report) -> list[str]:
     return [f"{name}: {text}" for name, text in report.warnings]
 
 
+def parity_lines(report: Report) -> list[str]:
+    """``bench: reason`` for every entry that does other work than upstream milabench's
+    entry of the same name (its ``parity: "different: ..."``; docs/parity.md)."""
+    out = []
+    for br in report.benchmarks:
+        if br.parity and br.parity.lower().startswith("different"):
+            reason = br.parity.partition(":")[2].strip() or "different work"
+            out.append(f"{br.name}: {reason}")
+    return out
+
+
+def doctor_lines(report: Report) -> list[str]:
+    """The machine's problems when the run started (`milabench doctor`'s warnings and
+    failures, ``severity: subject check: reason``), then how many checks were ok; [] for
+    a run without a ``doctor.json``. Runs of several folders prefix the folder name."""
+    if not report.doctor:
+        return []
+    several = len({run for run, _ in report.doctor}) > 1
+    lines = []
+    for run, f in report.doctor:
+        if f.severity != "ok":
+            where = f"{run}: " if several else ""
+            lines.append(f"{where}{f.severity}: {f.subject} {f.check}: {f.reason}")
+    ok = sum(f.severity == "ok" for _, f in report.doctor)
+    lines.append(f"{ok} of {len(report.doctor)} checks ok (milabench doctor)")
+    return lines
+
+
 def render_text(report: Report) -> str:
     rows = breakdown_rows(report)
     lines = [f"Source: {src}" for src in report.sources]
     lines += ["=" * 17, "Benchmark results", "=" * 17, ""]
     lines += _title("System")
-    for key in ("cpu", "n_cpu", "product", "n_gpu", "memory"):
+    for key in ("cpu", "n_cpu", "product", "n_gpu", "memory", "build"):
         lines.append(f"{key + ':':<10}{system_value(key, report.system.get(key))}")
     lines += [""] + _title("Breakdown")
     columns = table_columns(rows)
@@ -246,6 +308,14 @@ def render_text(report: Report) -> str:
     if warnings:
         lines += [""] + _title("Warnings")
         lines += [f"  ~ {w}" for w in warnings]
+    different = parity_lines(report)
+    if different:
+        lines += [""] + _title("Not comparable with upstream milabench")
+        lines += [f"  ≠ {d}" for d in different]
+    machine = doctor_lines(report)
+    if machine:
+        lines += [""] + _title("Machine at the start")
+        lines += [f"  {ln}" for ln in machine]
     lines += [""] + _title("Scores")
     lines.append(f"Failure rate: {fmt_pct(100 * report.failure_rate)} ({report.verdict})")
     lines.append(f"Score:        {fmt_sig(report.score)}")
@@ -281,7 +351,8 @@ def render_markdown(report: Report) -> str:
     out += [
         "",
         f"System: {sysinfo.get('cpu') or '-'} ({sysinfo.get('n_cpu') or '-'} cpus), "
-        f"{sysinfo.get('n_gpu') or 0} x {sysinfo.get('product') or 'no accelerator'}",
+        f"{sysinfo.get('n_gpu') or 0} x {sysinfo.get('product') or 'no accelerator'}"
+        + (f", build {sysinfo['build']}" if sysinfo.get("build") else ""),
         "",
     ]
     columns = table_columns(rows)
@@ -296,6 +367,14 @@ def render_markdown(report: Report) -> str:
     if warnings:
         out += ["", "**Warnings**", ""]
         out.extend(f"* {_md_escape(w)}" for w in warnings)
+    different = parity_lines(report)
+    if different:
+        out += ["", "**Not comparable with upstream milabench** (docs/parity.md)", ""]
+        out.extend(f"* {_md_escape(d)}" for d in different)
+    machine = doctor_lines(report)
+    if machine:
+        out += ["", "**Machine at the start** (milabench doctor)", ""]
+        out.extend(f"* {_md_escape(ln)}" for ln in machine)
     out += ["", "| validation | result |", "|:---|:---|"]
     for layer in report.layers:
         res = "pass" if layer.passed else "**fail**: " + "; ".join(layer.failures)
@@ -318,9 +397,14 @@ CSV_FIELDS = [
     "energy_source", "mean_power", "perf_per_watt", "items_per_joule", "flops_per_item",
     "flops_precision", "flops_source", "tflops", "tflops_ci95_low", "tflops_ci95_high",
     "accelerator", "peak_tflops", "mfu", "score", "weight", "units", "warnings", "reason",
+    "parity",
 ]  # fmt: skip
 # Appended (last) only when some row has an overhead: other reports keep their columns.
 CSV_OVERHEAD_FIELDS = ["overhead", "overhead_per_step_s"]
+# Appended only when some row declared hardware FLOPs beside its model FLOPs.
+CSV_HARDWARE_FIELDS = ["hardware_flops_per_item", "hardware_tflops", "hfu"]
+# Appended only when some row recorded interference samples.
+CSV_INTERFERENCE_FIELDS = ["interference", "target_unreachable"]
 
 
 def _csv_value(value: Any) -> Any:
@@ -338,6 +422,8 @@ def render_csv(report: Report) -> str:
     buf = io.StringIO()
     rows = breakdown_rows(report)
     fields = CSV_FIELDS + (CSV_OVERHEAD_FIELDS if has_overhead(rows) else [])
+    fields += CSV_HARDWARE_FIELDS if has_hardware_flops(rows) else []
+    fields += CSV_INTERFERENCE_FIELDS if has_interference(rows) else []
     writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
@@ -375,6 +461,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             {"bench": g.bench, "tags": g.tags, "line": g.line, "excerpt": g.excerpt}
             for g in report.errors
         ],
+        "doctor": [{"run": run, **f.as_dict()} for run, f in report.doctor],
     }
 
 

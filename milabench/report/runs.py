@@ -79,6 +79,12 @@ class FileResult:
     # benchmark's own `process` samples (RSS of the measuring process, bytes): fallback.
     tree_peak_rss: float | None = None
     process_rss: list[float] = field(default_factory=list)
+    # What the rest of the host did meanwhile (`interference` records of the runner,
+    # `milabench.execute.interference`), in order, and when the measured window began
+    # (the `warmup` record's time) and ended (the `window` record's time).
+    interference: list[tuple[float | None, dict]] = field(default_factory=list)
+    measure_start: float | None = None
+    window_end: float | None = None
 
     @property
     def skipped(self) -> bool:
@@ -202,8 +208,12 @@ def _record(fr: FileResult, rec: dict) -> None:
         fr.cpudata.append((t, rec["cpudata"]))
     if isinstance(rec.get("warmup"), dict):
         fr.warmup = rec["warmup"]
+        fr.measure_start = t
     if isinstance(rec.get("window"), dict):
         fr.window = rec["window"]
+        fr.window_end = t
+    if isinstance(rec.get("interference"), dict):
+        fr.interference.append((t, rec["interference"]))
     if isinstance(rec.get("overhead"), dict):
         fr.overhead = rec["overhead"]
     if isinstance(rec.get("golden"), dict):
@@ -216,6 +226,11 @@ def _record(fr: FileResult, rec: dict) -> None:
                 "precision": str(rec.get("precision") or "fp32"),
                 "flops_source": rec.get("flops_source"),
             }
+            # what the device executed, recomputation under activation checkpointing
+            # included (`benchkit.flops`): shown beside the model FLOPs, never instead
+            hardware = as_float(rec.get("hardware_flops_per_item"))
+            if hardware is not None and math.isfinite(hardware) and hardware > 0:
+                fr.flops["hardware_flops_per_item"] = hardware
     tree = rec.get("process_tree")
     if isinstance(tree, dict):
         for key in ("peak_rss", "rss"):

@@ -140,3 +140,33 @@ def test_module_imports_without_torch():
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_device_this_torch_cannot_see_is_one_line_and_an_exit(monkeypatch):
+    """No silent CPU run: cuda on a CPU build, an absent back-end, a bad name."""
+    assert torchsetup.require_device("cpu") == torch.device("cpu")
+    assert torchsetup.require_device(torch.device("meta")).type == "meta"
+    version = torch.__version__
+    cases = {
+        "cuda": f"torch {version} cannot see device cuda: ",
+        "cuda:1": f"torch {version} cannot see device cuda:1: ",
+        "nosuchdevice": f"torch {version}: unknown device 'nosuchdevice': ",
+    }
+    if torch.version.cuda is None:
+        cases["cuda"] += "this build has no CUDA or ROCm support"
+    for device, start in cases.items():
+        with pytest.raises(SystemExit) as info:
+            torchsetup.require_device(device)
+        message = str(info.value.code)
+        assert message.startswith(start) and "\n" not in message, message
+    if not torch.xpu.is_available():
+        with pytest.raises(SystemExit, match=r"cannot see device xpu: torch\.xpu\.is_available"):
+            torchsetup.require_device("xpu")
+    # every path of a benchmark's start goes through the check
+    with pytest.raises(SystemExit, match="cannot see device cuda"):
+        setup(parse(["--device", "cuda"]))
+    with pytest.raises(SystemExit, match="cannot see device cuda"):
+        torchsetup.requested_device(parse(["--device", "cuda"]))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match="cannot see device cuda"):
+        torchsetup.init_distributed(parse(["--device", "cuda"]))

@@ -63,3 +63,36 @@ def test_frozen_networks_stay_frozen():
     assert all(p.requires_grad for p in unet.parameters())
     assert not any(p.requires_grad for p in (*text.parameters(), *vae.parameters()))
     assert not text.training and not vae.training
+
+
+def test_sd2_shapes():
+    """``--size sd2`` (upstream's Milabench/stable-diffusion-2, read as Stable Diffusion 2's
+    published configuration): a UNet with 1024-wide cross-attention, heads of 64 (5/10/20/20)
+    and linear projections, OpenCLIP ViT-H's text tower (23 layers of 1024, GELU), SD's VAE.
+    Built on the meta device (no memory) to count parameters."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location(
+        "diff_main_sd2", BENCHMARKS / "diffusion" / "main.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.parse_args([]).size == "sd2"
+    args = module.parse_args([])
+    assert (args.lr, args.weight_decay) == (1e-4, 1e-2)
+    with torch.device("meta"):
+        unet, text, vae = module.build(module.SD2, torch.device("meta"))
+    assert unet.config.cross_attention_dim == 1024 and unet.config.use_linear_projection
+    assert tuple(unet.config.attention_head_dim) == (5, 10, 20, 20)
+    assert 860e6 < sum(p.numel() for p in unet.parameters()) < 870e6
+    cfg = text.config
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads) == (1024, 23, 16)
+    assert (cfg.intermediate_size, cfg.hidden_act, cfg.max_position_embeddings) == (
+        4096,
+        "gelu",
+        77,
+    )
+    assert 335e6 < sum(p.numel() for p in text.parameters()) < 345e6
+    assert vae.config.latent_channels == 4 and tuple(vae.config.block_out_channels) == (
+        128, 256, 512, 512,
+    )  # fmt: skip

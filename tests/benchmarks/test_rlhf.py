@@ -71,13 +71,45 @@ def test_help_runs_without_orchestrator(folder, python):
 # -- rlhf --------------------------------------------------------------------------------
 
 
+def test_rlhf_defaults_are_upstreams(monkeypatch):
+    """Upstream's rlhf runs trl's PPOTrainer with PPOConfig's defaults: all four models
+    from EleutherAI/pythia-160m (sft_model_path, reward_model_path), 53 sampled tokens at
+    temperature 0.7 without top-k / top-p or a stop token, 4 PPO epochs of 1 mini-batch,
+    lr 3e-6; 64 prompts per device."""
+    pytest.importorskip("transformers")
+    rlhf = load_main(RLHF, "rlhf_main_defaults", monkeypatch)
+    args = rlhf.parse_args([])
+    assert args.size == "pythia-160m" and args.batch_size == 64 and args.response_len == 53
+    assert (args.ppo_epochs, args.mini_batches, args.lr) == (4, 1, 3e-6)
+    assert (args.temperature, args.kl_coef, args.vf_coef, args.lam) == (0.7, 0.05, 0.1, 0.95)
+    config = rlhf.neox_config("pythia-160m")  # EleutherAI/pythia-160m's config.json
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (
+        768, 12, 12,
+    )  # fmt: skip
+    assert (config.intermediate_size, config.vocab_size) == (3072, 50304)
+    rope = getattr(config, "rope_parameters", None) or {}
+    assert rope.get("partial_rotary_factor", getattr(config, "rotary_pct", None)) == 0.25
+    assert config.use_parallel_residual and config.hidden_act == "gelu"
+    assert not config.tie_word_embeddings
+    assert rlhf.pad_token("pythia-160m") == 50277  # "[PAD]" added to the 50,277 tokens
+    gen = rlhf.generation_config(args)
+    assert gen.max_new_tokens == 53 and gen.do_sample and gen.top_k == 0 and gen.top_p == 1.0
+    assert gen.eos_token_id is None and abs(gen.temperature - 0.7) < 1e-6
+
+
 @pytest.mark.slow
-def test_rlhf_single_process(python):
+def test_rlhf_single_process(python, monkeypatch):
     pytest.importorskip("transformers")
     run = run_with_pipe([python, "main.py", *RLHF_TINY], bench_env(stop=3, skip=1), RLHF)
-    flops = check_records(run, 3)
+    flops = check_records(run, 3, "Tok/s")
     assert flops["flops_source"] == "analytic"
-    assert "world size 1" in run.stdout and "fp32 on cpu" in run.stdout
+    assert "world size 1" in run.stdout and "update fp32 on cpu" in run.stdout
+    # The rate counts prompt tokens (upstream's batch_size_fn: batch x prompt length), and
+    # the FLOPs record is per prompt token.
+    rlhf = load_main(RLHF, "rlhf_main_units", monkeypatch)
+    args = rlhf.parse_args(RLHF_TINY)
+    per_sequence = rlhf.flops_per_sequence(rlhf.neox_config("tiny"), args)
+    assert flops["flops_per_item"] == pytest.approx(per_sequence / args.prompt_len)
 
 
 @pytest.mark.slow
@@ -87,7 +119,7 @@ def test_rlhf_two_ranks_under_torchrun(python):
     pytest.importorskip("transformers")
     argv = [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *RLHF_TINY]
     run = run_smuggled([*argv, "--backend", "gloo"], bench_env(stop=3, skip=1), RLHF)
-    check_records(run, 3)
+    check_records(run, 3, "Tok/s")
     assert "world size 2" in run.stdout
     assert "destroy_process_group" not in run.stderr
     assert "terminate called" not in run.stderr
@@ -121,19 +153,23 @@ def test_rlhf_step_trains_policy_and_value_only(monkeypatch):
     assert all(torch.equal(before["policy"][n], before["reference"][n]) for n in before["policy"])
 
     opt = torch.optim.AdamW(models.trained.parameters(), lr=1e-3)
-    prompts = torch.randint(0, 500, (args.batch_size, args.prompt_len))
+    prompts = torch.randint(0, rlhf.pad_token(args.size), (args.batch_size, args.prompt_len))
     out: dict = {}
 
     def step() -> None:
         out["data"] = rlhf.rollout(models, prompts, args, run)
-        out["loss"] = rlhf.ppo_update(models, out["data"], opt, run.grad_scaler(), args, run)
+        out["loss"], out["stats"] = rlhf.ppo_update(models, out["data"], opt, args, run)
 
     counted = count_flops(step)
     data = out["data"]
+    # every response has its full length (no stop token)
     assert data.seq.shape == (args.batch_size, args.prompt_len + args.response_len)
+    assert data.responses.shape == (args.batch_size, args.response_len)
     assert torch.equal(data.seq[:, : args.prompt_len], prompts)
     assert torch.isfinite(out["loss"]) and torch.isfinite(data.advantages).all()
     assert data.kl.abs().max() < 1e-4  # policy == reference during the rollout
+    assert out["stats"].shape == (args.ppo_epochs, args.mini_batches, 7)
+    assert len(rlhf.report_statistics(data, out["stats"], args, 1)) == 14
 
     def moved(key: str) -> bool:
         params = dict(named[key].named_parameters())
@@ -179,13 +215,50 @@ def test_llava_trains_on_prepared_pairs(tmp_path, python, monkeypatch):
     assert flops["flops_source"] == "counted"
     # A random model over a 512-token vocabulary starts near log(512) = 6.2.
     assert all(5.0 < x < 8.0 for x in run.losses())
-    assert "batch 2 x 40 tokens (16 image)" in run.stdout
+    assert "batch 2 x 40 tokens at most (16 image)" in run.stdout
 
     llava = load_main(LLAVA, "llava_main", monkeypatch)
     shape = llava.SIZES["tiny"]
     assert flops["flops_per_item"] == pytest.approx(
         llava.analytic_flops(shape, 24, attention=False), rel=1e-3
     )
+
+
+@pytest.mark.slow
+def test_llava_variable_text_lengths(tmp_path, python, monkeypatch):
+    """Each sample keeps its own text length (upstream: one aokvqa conversation each):
+    prepare.py draws them, a batch is padded to its longest with the pad id out of the
+    loss; upstream's step: gradient norm clipped at 1.0, torch's AdamW (lr 5e-5, not
+    fused)."""
+    pytest.importorskip("transformers")
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    data = tmp_path / "llava"
+    argv = [*LLAVA_DATA, "--min-text-len", "8", "--data", str(data)]
+    prep = run_with_pipe([python, "prepare.py", *argv], bench_env(), LLAVA)
+    assert prep.returncode == 0, prep.stderr
+    ids, lengths = np.load(data / "input_ids.npy"), np.load(data / "lengths.npy")
+    assert ids.shape[1] == lengths.max() and 8 + 16 <= lengths.min() <= lengths.max() <= 40
+    assert len(set(lengths.tolist())) > 1
+    for row, n in zip(ids, lengths, strict=True):
+        assert row[n - 1] == 2 and (row[n:] == 511).all()  # </s>, then pads
+
+    llava = load_main(LLAVA, "llava_main_lengths", monkeypatch)
+    args = llava.parse_args([*argv, "--batch-size", "4", "--device", "cpu"])
+    assert args.lr == 5e-5 and args.clip_grad == 1.0
+    loader, _ = llava.make_loader(args, llava.SIZES["tiny"], 0, 1)
+    images, batch_ids, labels = next(iter(loader))
+    assert batch_ids.shape[1] <= 40 and (labels[batch_ids == 511] == -100).all()
+
+    run = run_with_pipe(
+        [python, "main.py", *argv, "--batch-size", "2", "--precision", "fp32", "--device", "cpu"],
+        bench_env(stop=3, skip=1),
+        LLAVA,
+    )
+    check_records(run, 3)
+    model = llava.build_model(llava.SIZES["tiny"], torch.device("cpu"), torch.float32)
+    opt = llava.make_optimizer(model, args)
+    assert not opt.defaults["fused"] and opt.defaults["weight_decay"] == 0.01
 
 
 @pytest.mark.slow

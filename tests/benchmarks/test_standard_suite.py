@@ -63,7 +63,7 @@ UPSTREAM = {
 }
 # Ours beyond upstream's list (unweighted: the score is upstream's weighting).
 EXTRA = {
-    "txt-to-image-single",
+    "sd15-txt-to-image",
     "llama-train",
     "llama-train-gpus",
     "llama-train-nodes",
@@ -91,12 +91,20 @@ def test_upstream_names_and_weights():
     listed = listing("standard.yaml", **FAKE8)
     assert len(listed) >= 45
     assert set(UPSTREAM) | EXTRA == set(listed)
-    for name, (weight, enabled) in UPSTREAM.items():
-        assert (listed[name]["weight"], listed[name]["enabled"]) == (weight, enabled), name
-    weighted = {name for name, e in listed.items() if e["weight"] > 0 and e["enabled"]}
-    assert weighted == {name for name, (w, on) in UPSTREAM.items() if w > 0 and on}
     entries = resolve("standard.yaml", **FAKE8)  # the enabled ones, fully resolved
     assert set(entries) == {name for name, e in listed.items() if e["enabled"]}
+    # An entry that does other work than upstream's (`parity: "different: ..."`,
+    # docs/parity.md) is left out of the score: weight 0 instead of upstream's.
+    different = {
+        name for name, e in entries.items() if str(e.get("parity") or "").startswith("different")
+    }
+    for name, (weight, enabled) in UPSTREAM.items():
+        expected = (0.0 if name in different else weight, enabled)
+        assert (listed[name]["weight"], listed[name]["enabled"]) == expected, name
+    weighted = {name for name, e in listed.items() if e["weight"] > 0 and e["enabled"]}
+    assert weighted == {
+        name for name, (w, on) in UPSTREAM.items() if w > 0 and on and name not in different
+    }
     for name, e in entries.items():
         _kind(e)  # every entry says whether it is mono-GPU, one node, or several nodes
         if name.endswith("-nodes"):
@@ -179,3 +187,135 @@ def test_matrix_across_two_nodes(two_nodes):
             assert "--master-addr=10.0.0.1" in command, name
             if "--backend" in command:
                 assert command[command.index("--backend") + 1] == "nccl", name
+
+
+# -- the plan of every entry on nodes of 1, 2, 4 and 8 GPUs, and on two nodes ------------------
+
+MULTIGPU = "gpu['count'] > 1"  # base.yaml `_multigpu`: upstream's rule
+MULTINODE = "len(nodes) >= 2"
+
+
+def expected_plan(entry: dict, gpus: int, nodes: int) -> str:
+    """What `milabench matrix` must print for ``entry`` on ``nodes`` nodes of ``gpus``
+    GPUs each: ``skipped: <reason>``, or the kind of plan."""
+    method = entry["plan"]["method"]
+    if entry["num_machines"] > nodes:
+        return f"skipped: {MULTINODE}"
+    if method == "torchrun" and entry["num_machines"] == 1 and gpus < 2:
+        return f"skipped: {MULTIGPU}"
+    return "multinode" if entry["num_machines"] > 1 else method
+
+
+def check_plan(name: str, entry: dict, gpus: int, nodes: int) -> None:
+    kind = expected_plan(entry, gpus, nodes)
+    if kind.startswith("skipped: "):
+        assert entry.get("skipped") == kind.removeprefix("skipped: "), (name, entry.get("skipped"))
+        assert "command" not in entry, name
+        return
+    assert not entry.get("skipped"), (name, entry.get("skipped"))
+    command = entry["command"]
+    if kind == "per_gpu":  # one process per GPU, each restricted to its device
+        procs = entry.get("processes") or [{"tag": f"{name}.D0", "command": command, "env": {}}]
+        assert [p["tag"] for p in procs] == [f"{name}.D{i}" for i in range(gpus)], name
+        if gpus > 1:
+            devices = [p["env"]["CUDA_VISIBLE_DEVICES"] for p in procs]
+            assert devices == [str(i) for i in range(gpus)], name
+        assert os.path.basename(command[0]) in ("python", "voir"), name
+    elif kind == "torchrun":  # one launcher with a worker per GPU of the node
+        assert os.path.basename(command[0]) == "torchrun", name
+        assert f"--nproc-per-node={gpus}" in command and "--standalone" in command, name
+        assert "processes" not in entry, name
+    elif kind == "multinode":  # one launcher per node, every GPU of each
+        procs = entry["processes"]
+        assert [p["tag"] for p in procs] == [f"{name}.0.n{r}" for r in range(nodes)], name
+        for rank, proc in enumerate(procs):
+            assert os.path.basename(proc["command"][0]) == "torchrun", name
+            assert f"--nnodes={nodes}" in proc["command"], name
+            assert f"--node-rank={rank}" in proc["command"], name
+            assert f"--nproc-per-node={gpus}" in proc["command"], name
+    else:  # njobs: one process that uses every GPU of the node itself (brax's jax.pmap)
+        assert kind == "njobs", (name, kind)
+        assert os.path.basename(command[0]) == "python" and "processes" not in entry, name
+
+
+def nodes_file(tmp_path, count: int) -> str:
+    system = tmp_path / f"system-{count}.yaml"
+    lines = ["system:", "  arch: cuda", "  nodes:"]
+    lines += [
+        f"    - {{name: n{i}, ip: 10.0.0.{i + 1}, user: bench{', main: true' if i == 0 else ''}}}"
+        for i in range(count)
+    ]
+    system.write_text("\n".join(lines) + "\n")
+    return str(system)
+
+
+@pytest.mark.parametrize(
+    "gpus, nodes", [(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (8, 2)], ids=lambda v: str(v)
+)
+def test_matrix_plans_every_entry_on_each_node_shape(tmp_path, gpus, nodes):
+    """Every enabled entry gets the plan its requirements call for: per-GPU processes,
+    a torchrun over the node's GPUs (skipped, with upstream's reason, on one GPU), one
+    torchrun per node (skipped on one node), or one process for brax."""
+    extra = ("--system", nodes_file(tmp_path, nodes)) if nodes > 1 else ()
+    entries = matrix("standard.yaml", *extra, MILABENCH_FAKE_GPUS=f"cuda:{gpus}:81920")
+    assert set(entries) == {n for n, (_, on) in UPSTREAM.items() if on} | EXTRA
+    kinds = {}
+    for name, entry in entries.items():
+        check_plan(name, entry, gpus, nodes)
+        kinds[name] = expected_plan(entry, gpus, nodes)
+    scheduled = {n for n, k in kinds.items() if not k.startswith("skipped")}
+    multi = {n for n in entries if n.endswith(("-gpus", "-nodes"))}
+    if gpus == 1 and nodes == 1:  # issue 23's rule: a 1-GPU node runs no multi-GPU entry
+        assert not scheduled & multi, scheduled & multi
+    if nodes == 1:
+        assert not {n for n in scheduled if n.endswith("-nodes")}
+    if gpus >= 2:
+        assert {n for n in entries if n.endswith("-gpus")} <= scheduled
+    if nodes == 2:
+        assert {n for n in entries if n.endswith("-nodes")} <= scheduled
+    assert "brax" in scheduled and "resnet50" in scheduled  # mono-GPU and one-process
+
+
+def test_every_multi_gpu_entry_says_it_needs_several_gpus():
+    """A torchrun entry on one node is a multi-GPU figure: it carries upstream's
+    requirement, and its name and tags say so; nothing else does."""
+    listed = listing("standard.yaml", MILABENCH_FAKE_GPUS="cuda:1:81920")
+    entries = resolve("standard.yaml", **FAKE8)
+    for name, entry in entries.items():
+        single_node_launcher = entry["plan"]["method"] == "torchrun" and entry["num_machines"] == 1
+        needs = MULTIGPU in (entry.get("requires_capabilities") or [])
+        assert needs == single_node_launcher == name.endswith("-gpus"), name
+        if needs:
+            assert "multigpu" in entry["tags"], name
+            assert listed[name]["skip"] == f"requires {MULTIGPU}", name
+    assert listed["llava-gpus"]["skip"] == f"requires {MULTIGPU}"  # disabled, still says why
+    assert not entries["brax"].get("requires_capabilities")  # one process, any GPU count
+
+
+def test_run_on_one_gpu_skips_every_multi_gpu_entry_and_says_why(tmp_path):
+    """`milabench run` on a 1-GPU node: the `-gpus` and `-nodes` entries start nothing
+    and the report names the requirement each one lacks."""
+    entries = matrix("standard.yaml", MILABENCH_FAKE_GPUS="cuda:1:81920")
+    multi = sorted(n for n in entries if n.endswith(("-gpus", "-nodes")))
+    run = milabench(
+        "run", "--config", str(CONFIG / "standard.yaml"), "--select", ",".join(multi),
+        "--base", str(tmp_path), "--run-name", "one-gpu", MILABENCH_FAKE_GPUS="cuda:1:81920",
+    )  # fmt: skip
+    assert run.returncode == 1 and "every selected benchmark was skipped" in run.stdout
+    report = json.loads((tmp_path / "runs" / "one-gpu" / "report.json").read_text())
+    reasons = {row["name"]: row["reason"] for row in report["benchmarks"]}
+    assert set(reasons) == set(multi)
+    for name, reason in reasons.items():
+        wanted = MULTINODE if name.endswith("-nodes") else MULTIGPU
+        assert reason == f"skipped: capability ({wanted})", name
+
+
+def test_smoke_suite_runs_the_multi_gpu_code_on_a_cpu():
+    """On a CPU a torchrun starts 2 gloo ranks, a real multi-rank run: the smoke suite's
+    `_multigpu` lets it through; a 1-GPU node still skips the `-gpus` entries."""
+    on_cpu = matrix("standard-smoke.yaml", MILABENCH_GPU_ARCH="cpu")
+    gpus = [n for n in on_cpu if n.endswith("-gpus")]
+    assert gpus and not any(on_cpu[n].get("skipped") for n in gpus)
+    assert all("--nproc-per-node=2" in on_cpu[n]["command"] for n in gpus)
+    one_gpu = matrix("standard-smoke.yaml", MILABENCH_FAKE_GPUS="cuda:1:81920")
+    assert all(one_gpu[n].get("skipped") == "arch == 'cpu' or gpu['count'] > 1" for n in gpus)

@@ -222,7 +222,7 @@ def test_standard_weights_and_groups():
     assert entries["convnext_large-tf32-fp16"]["install_variant"] == "cuda"
 
 
-@pytest.mark.parametrize("variant", ["cpu", "cuda"])
+@pytest.mark.parametrize("variant", ["cpu", "cuda", "cuda12"])
 def test_pins_agree_across_benchmarks(variant):
     """Benchmarks of one install group share one environment: a package pinned at two
     versions in two folders makes the group's install unsolvable."""

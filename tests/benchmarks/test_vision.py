@@ -1,12 +1,19 @@
 """The vision entries' shared code (benchkit.vision) at tiny sizes on CPU: the JPEG folder
 loader and the torchvision benchmark's training step with the plain-torch ResNet, its DDP
 path under torchrun, the Lightning Trainer in one process and over two ranks, the FLOPs
-declaration, and a clear one-line error when torchvision or timm cannot be imported."""
+declaration, and a clear one-line error when torchvision or timm cannot be imported.
+
+Upstream milabench's choices for these entries (docs/parity.md, commit faf39234) are
+pinned here: images normalised in the loader workers, the ``-noio`` batch, the optimisers
+(plain SGD, timm's SGD for focalnet, Adam for Lightning), timm's augmentations, and the
+standard suite's argv for each entry."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from types import ModuleType
 
 import pytest
 
@@ -16,6 +23,19 @@ from .test_mains import check_budget
 
 PLAIN = ["--model-source", "plain", "--model", "resnet-tiny", "--image-size", "32",
          "--classes", "4", "--batch-size", "4", "--num-workers", "1", "--device", "cpu"]  # fmt: skip
+# What config/standard.yaml adds: upstream's loader and -noio batch, timm's recipe
+UPSTREAM_LOADER = ["--normalise-in-workers", "--cast-inputs", "--channels-last"]
+TIMM_RECIPE = ["--momentum", "0.9", "--nesterov", "--weight-decay", "2e-5", "--no-bias-decay",
+               "--label-smoothing", "0.1", "--color-jitter", "0.4", "--random-interpolation",
+               "--cudnn-benchmark"]  # fmt: skip
+
+
+def load_main(name: str) -> ModuleType:
+    """``benchmarks/<name>/main.py`` as a module (its functions, not its run)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_main", BENCHMARKS / name / "main.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +64,215 @@ def test_jpeg_folder_crops_and_flips(jpegs):
     assert out.dtype == torch.float32 and abs(float(out.mean())) < 3
 
 
+def test_workers_normalise_as_torchvision_does(jpegs):
+    """``normalise``: float32 CHW out of the worker, ``ToTensor`` + ``Normalize`` with the
+    ImageNet mean and std (upstream's loader), the same crop as the uint8 path."""
+    import torch
+
+    from benchkit.vision import MEAN, STD, JpegFolder
+
+    torch.manual_seed(3)
+    raw, label = JpegFolder(jpegs, 24)[7]
+    torch.manual_seed(3)
+    out, same_label = JpegFolder(jpegs, 24, normalise=True)[7]
+    assert out.dtype == torch.float32 and out.shape == (3, 24, 24) and out.is_contiguous()
+    mean, std = torch.tensor(MEAN).view(3, 1, 1), torch.tensor(STD).view(3, 1, 1)
+    assert torch.allclose(out, (raw.float() / 255 - mean) / std, atol=1e-6)
+    assert same_label == label
+
+
+def test_timm_augmentations(jpegs, monkeypatch):
+    """focalnet's loader (timm's train.py defaults): the crop resampled with bilinear or
+    bicubic filtering drawn per image, and colour jitter 0.4 (brightness, contrast,
+    saturation, no hue) after the flip."""
+    import random
+
+    import torch
+    from PIL import Image
+
+    from benchkit.vision import JpegFolder, jitter_colours
+
+    filters = []
+    resize = Image.Image.resize
+
+    def spy(self, size, resample=None, box=None, reducing_gap=None):
+        filters.append(resample)
+        return resize(self, size, resample, box, reducing_gap)
+
+    monkeypatch.setattr(Image.Image, "resize", spy)
+    torch.manual_seed(0)
+    folder = JpegFolder(jpegs, 24, color_jitter=0.4, random_interpolation=True)
+    for index in range(24):
+        folder[index]
+    assert set(filters) == {Image.Resampling.BILINEAR, Image.Resampling.BICUBIC}
+    filters.clear()
+    JpegFolder(jpegs, 24)[0]
+    assert filters == [Image.Resampling.BILINEAR]  # torchvision's recipe: bilinear only
+    monkeypatch.setattr(Image.Image, "resize", resize)
+
+    # a flat grey image: contrast and saturation leave it as it is, brightness scales it by
+    # a factor of [0.6, 1.4]
+    grey = Image.new("RGB", (8, 8), (100, 100, 100))
+    values = set()
+    for seed in range(40):
+        out = jitter_colours(grey, 0.4, random.Random(seed))
+        pixel = out.getpixel((3, 3))
+        assert pixel[0] == pixel[1] == pixel[2] and 60 <= pixel[0] <= 140
+        values.add(pixel[0])
+    assert len(values) > 10 and min(values) < 80 and max(values) > 120
+    colour = Image.new("RGB", (8, 8), (200, 40, 90))
+    assert jitter_colours(colour, 0.0, random.Random(1)).getpixel((0, 0)) == (200, 40, 90)
+
+
+def test_noio_batch_is_upstreams():
+    """``-noio`` (upstream's ``synthetic_fixed``): float32 standard-normal images made once
+    on the device, targets a [batch, 1000] tensor of uniform random values in [0, 1) given
+    to cross_entropy as class probabilities; the same batch every step."""
+    import torch
+    import torch.nn.functional as F
+
+    from benchkit.vision import synthetic_batches
+
+    batches = synthetic_batches(16, 244, 1000, 0, "cpu", True, normal=True, soft_targets=True)
+    images, targets = next(batches)
+    assert images.shape == (16, 3, 244, 244) and images.dtype == torch.float32
+    assert abs(float(images.mean())) < 0.01 and abs(float(images.std()) - 1) < 0.01
+    assert targets.shape == (16, 1000) and targets.dtype == torch.float32
+    assert 0 <= float(targets.min()) and float(targets.max()) < 1
+    again = next(batches)
+    assert again[0] is images and again[1] is targets  # fixed: never copied
+    logits = torch.randn(16, 1000)
+    expected = -(targets * F.log_softmax(logits, dim=1)).sum(1).mean()
+    assert torch.allclose(F.cross_entropy(logits, targets), expected)
+    # the default batch, DINOv2's and the smoke tests': uint8 images, class indices
+    images, labels = next(synthetic_batches(2, 8, 10, 0, "cpu", True))
+    assert images.dtype == torch.uint8 and labels.dtype == torch.long
+
+
+def test_torchvision_optimisers_are_upstreams():
+    """The torchvision script's defaults are upstream's ``torch.optim.SGD(params, lr)``;
+    focalnet's flags give timm's ``--opt sgd`` (Nesterov, momentum 0.9) with weight decay
+    2e-5 on parameters of 2 or more dimensions only (timm's ``param_groups_weight_decay``)
+    and label smoothing 0.1."""
+    import torch
+
+    from benchkit.vision import optimizer_kind, plain_resnet
+
+    main = load_main("torchvision")
+    model = plain_resnet("resnet-tiny", 10)
+    args = main.parse_args([])
+    opt = main.make_optimizer(model, args)
+    assert type(opt) is torch.optim.SGD and len(opt.param_groups) == 1
+    group = opt.param_groups[0]
+    assert (group["momentum"], group["weight_decay"], group["nesterov"]) == (0, 0, False)
+    assert group["dampening"] == 0 and len(group["params"]) == len(list(model.parameters()))
+    assert (args.label_smoothing, args.cudnn_benchmark, args.normalise_in_workers) == (
+        0, False, False,
+    )  # fmt: skip
+    assert optimizer_kind(args) == "sgd"  # no momentum buffer in the memory estimate
+
+    args = main.parse_args(["--lr", "0.05", *TIMM_RECIPE])
+    opt = main.make_optimizer(model, args)
+    flat, decayed = opt.param_groups
+    assert all(g["nesterov"] and g["momentum"] == 0.9 and g["lr"] == 0.05 for g in (flat, decayed))
+    assert (flat["weight_decay"], decayed["weight_decay"]) == (0.0, 2e-5)
+    assert flat["params"] and all(p.ndim <= 1 for p in flat["params"])
+    assert decayed["params"] and all(p.ndim >= 2 for p in decayed["params"])
+    assert len(flat["params"]) + len(decayed["params"]) == len(list(model.parameters()))
+    assert (args.label_smoothing, args.color_jitter, args.random_interpolation) == (0.1, 0.4, True)
+    assert optimizer_kind(args) == "sgd-momentum"
+    with pytest.raises(SystemExit):
+        main.parse_args(["--nesterov"])  # Nesterov needs a momentum
+
+
+def test_lightning_step_is_upstreams():
+    """Upstream's Lightning step: Adam at lr 1e-3, ``bf16-mixed`` with TF32 on."""
+    import torch
+
+    from benchkit.torchsetup import _TF32, amp_dtype
+    from benchkit.vision import optimizer_kind, plain_resnet
+
+    main = load_main("lightning")
+    args = main.parse_args([])
+    assert (args.optimizer, args.lr) == ("adam", 1e-3) and optimizer_kind(args) == "adam"
+    opt = main.make_optimizer(plain_resnet("resnet-tiny", 10).parameters(), args)
+    assert type(opt) is torch.optim.Adam and opt.param_groups[0]["lr"] == 1e-3
+    assert main.LIGHTNING_PRECISION["tf32-bf16"] == "bf16-mixed"
+    assert main.parse_args(["--precision", "tf32-bf16"]).precision == "tf32-bf16"
+    assert amp_dtype("tf32-bf16") is torch.bfloat16 and "tf32-bf16" in _TF32
+
+
+def test_standard_vision_entries_pass_upstreams_settings(tmp_path, monkeypatch):
+    """config/standard.yaml: every torchvision, timm and Lightning entry does upstream's
+    work (``parity: same``, docs/parity.md) with upstream's settings."""
+    from milabench.config import load_suite
+
+    for key in ("MILABENCH_CONFIG", "MILABENCH_SYSTEM", "MILABENCH_GPU_ARCH"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MILABENCH_FAKE_GPUS", "cuda:8:81920")
+    entries = load_suite(BENCHMARKS.parent / "config" / "standard.yaml", base=tmp_path).all_entries
+    upstream_workers = "auto({n_worker}, 8)"
+    # name: (model, batch, precision, lr, channels-last, inputs cast to the autocast dtype)
+    torchvision = {
+        "resnet50": ("resnet50", 256, "tf32-fp16", 0.01, True, True),
+        "convnext_large-fp32": ("convnext_large", 128, "fp32", 0.01, False, True),
+        "convnext_large-fp16": ("convnext_large", 128, "fp16", 0.01, False, True),
+        "convnext_large-tf32": ("convnext_large", 128, "tf32", 0.01, False, True),
+        "convnext_large-tf32-fp16": ("convnext_large", 128, "tf32-fp16", 0.01, False, True),
+        "regnet_y_128gf": ("regnet_y_128gf", 64, "tf32-fp16", 0.01, False, True),
+        # torchvision_ddp/main.py: bf16 autocast, SGD(lr=1e-3), images moved uncast
+        "resnet152-ddp-gpus": ("resnet152", 256, "bf16", 0.001, False, False),
+    }
+    optimiser_flags = {"--momentum", "--nesterov", "--weight-decay", "--no-bias-decay"}
+    for name, (model, batch, precision, lr, channels_last, cast) in torchvision.items():
+        entry = entries[name]
+        argv = dict(entry.argv)
+        assert entry.parity == "same", name
+        assert (argv["--model"], argv["--batch-size"]) == (model, batch), name
+        assert (argv["--precision"], argv["--lr"]) == (precision, lr), name
+        assert argv["--num-workers"] == upstream_workers, name
+        assert argv.get("--normalise-in-workers") is True, name
+        assert bool(argv.get("--cast-inputs")) == cast, name
+        assert bool(argv.get("--channels-last")) == channels_last, name
+        assert not optimiser_flags & set(argv), name  # plain SGD: main.py's defaults
+        assert not {"--label-smoothing", "--color-jitter", "--cudnn-benchmark"} & set(argv), name
+        assert "--model-source" not in argv and "--synthetic-data" not in argv, name
+
+    noio = entries["resnet50-noio"]
+    argv = dict(noio.argv)
+    assert noio.parity == "same" and argv["--image-size"] == 244
+    assert argv["--synthetic-data"] is argv["--fixed-batch"] is argv["--soft-targets"] is True
+    assert argv["--normalise-in-workers"] is argv["--cast-inputs"] is True  # randn, cast
+    assert argv["--precision"] == "tf32-fp16" and argv["--channels-last"] is True
+
+    focalnet = entries["focalnet"]
+    argv = dict(focalnet.argv)
+    assert focalnet.parity == "same"
+    assert (argv["--model-source"], argv["--model"], argv["--batch-size"]) == (
+        "timm", "focalnet_base_lrf", 128,
+    )  # fmt: skip
+    assert argv["--precision"] == "tf32-bf16"  # --amp-dtype bfloat16; train.py turns TF32 on
+    assert (argv["--momentum"], argv["--weight-decay"], argv["--label-smoothing"]) == (
+        0.9, 2e-5, 0.1,
+    )  # fmt: skip
+    assert argv["--nesterov"] is argv["--no-bias-decay"] is True
+    assert argv["--color-jitter"] == 0.4 and argv["--random-interpolation"] is True
+    assert argv["--cudnn-benchmark"] is True and argv["--lr"] == 0.05  # 0.1 x 128 / 256
+    assert "--normalise-in-workers" not in argv  # timm's prefetcher normalises on the GPU
+    assert argv["--num-workers"] == upstream_workers
+
+    for name in ("lightning", "lightning-gpus"):
+        entry = entries[name]
+        argv = dict(entry.argv)
+        assert entry.parity == "same", name
+        assert (argv["--model"], argv["--batch-size"]) == ("resnet152", 256), name
+        assert (argv["--precision"], argv["--optimizer"], argv["--lr"]) == (
+            "tf32-bf16", "adam", 0.001,
+        ), name  # fmt: skip
+        assert argv["--normalise-in-workers"] is True, name
+        assert argv["--num-workers"] == upstream_workers, name
+
+
 def test_missing_folder_is_one_line(tmp_path):
     from benchkit.vision import JpegFolder
 
@@ -52,9 +281,18 @@ def test_missing_folder_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("data", ["jpeg", "synthetic"])
+@pytest.mark.parametrize(
+    "data", ["jpeg", "synthetic", "jpeg-upstream", "noio-upstream", "jpeg-timm"]
+)
 def test_torchvision_loop_with_the_plain_model(data, jpegs, python):
-    extra = ["--data", jpegs] if data == "jpeg" else ["--synthetic-data", "--fixed-batch"]
+    extra = {
+        "jpeg": ["--data", jpegs],
+        "synthetic": ["--synthetic-data", "--fixed-batch"],
+        # the standard suite's resnet50, resnet50-noio and focalnet options
+        "jpeg-upstream": ["--data", jpegs, *UPSTREAM_LOADER],
+        "noio-upstream": ["--synthetic-data", "--fixed-batch", "--soft-targets", *UPSTREAM_LOADER],
+        "jpeg-timm": ["--data", jpegs, *TIMM_RECIPE],
+    }[data]
     run = run_with_pipe([python, "main.py", *PLAIN, *extra], bench_env(stop=3, skip=1),
                         BENCHMARKS / "torchvision")  # fmt: skip
     check_budget(run, 3, "items/s")
@@ -75,10 +313,12 @@ def test_torchvision_ddp_two_ranks(jpegs, python):
 
 
 @pytest.mark.slow
-def test_lightning_one_process(jpegs, python):
+@pytest.mark.parametrize("workers", ["device", "workers"])
+def test_lightning_one_process(workers, jpegs, python):
     pytest.importorskip("lightning")
-    run = run_with_pipe([python, "main.py", *PLAIN, "--data", jpegs], bench_env(stop=3, skip=1),
-                        BENCHMARKS / "lightning")  # fmt: skip
+    extra = ["--normalise-in-workers"] if workers == "workers" else []
+    run = run_with_pipe([python, "main.py", *PLAIN, "--data", jpegs, *extra],
+                        bench_env(stop=3, skip=1), BENCHMARKS / "lightning")  # fmt: skip
     check_budget(run, 3, "items/s")
     assert "32-true" in run.stdout
 

@@ -13,6 +13,7 @@ from milabench.envs.constraints import (
     entry_constraint_lines,
     entry_pip_args,
     index_directives,
+    read_directives,
 )
 from milabench.errors import ConfigError
 
@@ -23,6 +24,12 @@ def test_repository_constraint_files():
     assert index_directives(DEFAULT_DIR / "cpu.txt") == []  # find-links / pip config
     # PyPI's torch 2.13.0 is the CUDA build: the cuda file names no extra index.
     assert index_directives(DEFAULT_DIR / "cuda.txt") == []
+    assert "torch===2.13.0" in (DEFAULT_DIR / "cuda.txt").read_text().splitlines()
+    cuda12 = read_directives(DEFAULT_DIR / "cuda12.txt")
+    assert cuda12.uv_index_args == ["--torch-backend", "cu128"]
+    assert cuda12.pip_index_args == ["--extra-index-url", "https://download.pytorch.org/whl/cu128"]
+    for variant in ("cuda", "cuda12"):
+        assert read_directives(DEFAULT_DIR / f"{variant}.txt").with_requirements == ["nvidia-ml-py"]
     expected = {"rocm": "rocm6.4", "xpu": "xpu"}
     for arch, suffix in expected.items():
         args = index_directives(DEFAULT_DIR / f"{arch}.txt")
@@ -66,3 +73,25 @@ def test_entry_pip_settings():
     ]
     assert entry_constraint_lines(entries) == ["a<2", "b==1"]
     assert entry_pip_args(entries) == ["--no-deps", "--pre", "--no-cache"]
+
+
+def test_torch_backend_and_with_directives(tmp_path: Path):
+    good = tmp_path / "good.txt"
+    good.write_text(
+        "# milabench: --find-links /w\n# milabench: --torch-backend cu126\n"
+        "# milabench: --with nvidia-ml-py\n# milabench: --with 'jax[cuda12]==0.10.2'\n"
+    )
+    found = read_directives(good)
+    assert found.uv_index_args == ["--find-links", "/w", "--torch-backend", "cu126"]
+    assert found.pip_index_args == [
+        "--find-links",
+        "/w",
+        "--extra-index-url",
+        "https://download.pytorch.org/whl/cu126",
+    ]
+    assert found.with_requirements == ["nvidia-ml-py", "jax[cuda12]==0.10.2"]
+    for n, body in enumerate(("--torch-backend cuda12", "--with 'a b'"), start=1):
+        bad = tmp_path / f"bad{n}.txt"
+        bad.write_text(f"x==1\n# milabench: {body}\n")
+        with pytest.raises(ConfigError, match=rf"bad{n}\.txt:2: bad directive"):
+            read_directives(bad)

@@ -1,6 +1,7 @@
 """The NVIDIA driver against the CUDA runtime of the pinned wheels (issue 13, item 4):
 one line naming both versions, before an install and before a run. The driver is the
-fake `pynvml` of tests/fakes (550.54.15, CUDA 12.4), the only mock: no GPU here."""
+fake `pynvml` of tests/fakes (550.54.15, CUDA 12.4), the only mock: no GPU here. A runtime
+of the driver's CUDA major version runs (minor-version compatibility, issue 23)."""
 
 from __future__ import annotations
 
@@ -37,14 +38,16 @@ def test_versions_from_pins_and_from_an_installed_environment(tmp_path):
     assert driver.required_by_venv(site) == ((12, 6), "nvidia_cuda_runtime_cu12-12.6.77")
     assert driver.driver_cuda(INFO) == (12, 4)
     driver.check(((12, 4), "x"), INFO, "ok")  # equal is enough
+    driver.check(((12, 8), "x"), INFO, "ok")  # a newer minor: minor-version compatibility
     driver.check(None, INFO, "ok")  # nothing pinned (CPU build, ROCm...)
     driver.check(((13, 0), "x"), {"driver_version": "fake"}, "ok")  # unknown ceiling
     with pytest.raises(EnvironmentMissing) as err:
         driver.check(((13, 0), "nvidia-cuda-runtime==13.0.96"), INFO, "install group torch")
     assert str(err.value) == (
-        "install group torch: the CUDA 13.0 runtime (nvidia-cuda-runtime==13.0.96) needs a "
-        "newer NVIDIA driver than 550.54.15, which supports CUDA 12.4 at most; update the "
-        "driver, or pin a torch build for that CUDA version (docs/environments.md)"
+        "install group torch: the CUDA 13.0 runtime (nvidia-cuda-runtime==13.0.96) needs "
+        "NVIDIA driver 580.65.06 or newer; driver 550.54.15 supports CUDA 12.4 at most; "
+        "update the driver, or install the build it runs (option install.cuda_build=auto, "
+        "docs/environments.md)"
     )
 
 
@@ -56,8 +59,8 @@ def test_install_stops_before_installing_with_one_line(tmp_path):
     (bench / "requirements.cuda.txt").write_text(
         (REPO / "benchmarks" / "flops" / "requirements.cuda.txt").read_text()
     )
-    suite = tmp_path / "suite.yaml"
-    suite.write_text(f"bench: {{definition: {bench}}}\n")
+    suite = tmp_path / "suite.yaml"  # the CUDA 13 build named explicitly, on a CUDA 12.4 driver
+    suite.write_text(f"bench: {{definition: {bench}, install_variant: cuda}}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MILABENCH_", "CUDA_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(FAKES), env.get("PYTHONPATH", "")])
     done = subprocess.run(
@@ -69,7 +72,7 @@ def test_install_stops_before_installing_with_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert lines[0].startswith("milabench: error: install group bench: the CUDA 13.0 runtime")
-    assert "550.54.15, which supports CUDA 12.4 at most" in lines[0]
+    assert "driver 550.54.15 supports CUDA 12.4 at most" in lines[0]
     assert not (tmp_path / "base" / "venv" / "bench").exists()  # nothing was installed
 
 

@@ -53,6 +53,17 @@ def test_per_gpu_plan_runs_on_the_gpus_milabench_was_given(monkeypatch):
     assert "CUDA_DEVICE_ORDER" not in benchmark_env(entry, {"arch": "cpu"})
 
 
+def test_every_process_knows_the_node_gpu_count():
+    """``MILABENCH_GPU_COUNT``: the node's GPUs as the plans count them (0 on a CPU node,
+    whatever the system file says), what a prepare step sizes a shared data set by."""
+    entry = Entry.from_mapping({"name": "b", "definition": "."})
+    system = {"arch": "cuda", "gpu": {"count": 4}}
+    assert benchmark_env(entry, system)["MILABENCH_GPU_COUNT"] == "4"
+    specs = PerGPU(Script(entry, system, "prepare.py", python="python")).processes()
+    assert [s.env["MILABENCH_GPU_COUNT"] for s in specs] == ["4"] * 4  # not the process's 1
+    assert benchmark_env(entry, {"arch": "cpu", "gpu": {"count": 2}})["MILABENCH_GPU_COUNT"] == "0"
+
+
 @pytest.fixture
 def fake_pynvml(monkeypatch):
     """The fake module imported as `pynvml` (the real one stays importable by path)."""

@@ -294,3 +294,23 @@ def test_tags_and_multinode_launch(tmp_path: Path):
     assert (mn.n, mn.fail, mn.reason) == (2, 0, None)
     assert mn.score == pytest.approx(51.0)
     assert rep.exit_code == 0
+
+
+def test_entries_that_differ_from_upstream_are_named_in_every_format(run_dir: Path):
+    """An entry whose `parity` says "different: ..." is listed with its reason; "same"
+    and unset entries are not."""
+    entries = {
+        "pg": entry("pg", parity="different: t5-large at 512 tokens, upstream t5-small"),
+        "nj": entry("nj", parity="same"),
+    }
+    rep = build_report([run_dir], entries=entries)
+    line = "pg: t5-large at 512 tokens, upstream t5-small"
+    text = render(rep, "text")
+    assert "Not comparable with upstream milabench" in text and line in text
+    assert "nj:" not in text.split("Not comparable with upstream milabench")[1].split("\n\n")[0]
+    assert line in render(rep, "markdown")
+    assert "pg: t5-large at 512 tokens" in render(rep, "html")
+    rows = {r["name"]: r for r in json.loads(render(rep, "json"))["benchmarks"]}
+    assert rows["pg"]["parity"].startswith("different:") and rows["nj"]["parity"] == "same"
+    csv_rows = {r["name"]: r for r in csv.DictReader(io.StringIO(render(rep, "csv")))}
+    assert csv_rows["pg"]["parity"].startswith("different:") and csv_rows["es"]["parity"] == ""

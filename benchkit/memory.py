@@ -1,0 +1,774 @@
+"""Will an entry fit? Its memory per GPU and per node, estimated from its model built on
+the meta device, and the start-of-run check that skips an entry that will not fit.
+
+Why estimate from the meta device: a model built there has every parameter's shape and
+dtype and no storage, and a training step run on meta tensors goes through every operator
+of the real step (autocast, activation checkpointing, the loss) at the configured batch,
+in seconds (a 70B model: about ten) and without memory. So the estimate is of the real
+model, not of a formula that drifts from it, and the same code answers at run time
+(before anything is materialised) and in the tests (every entry of
+``config/standard.yaml``, no GPU).
+
+Per GPU (`Footprint`): the weights the GPU holds (whole, or its shard under FSDP), the
+gradients of the trained ones, the optimiser state (AdamW: two tensors per trained
+weight, in its dtype; SGD with momentum: one), the activations (the peak of live tensors
+made by one forward + backward at the configured batch, gradients excluded, recomputed
+blocks of activation checkpointing included: measured by `measure_step`) or, when
+larger, the temporaries of the optimiser's step, which comes after the backward (torch's
+foreach AdamW: one copy of the trained weights), and ``other``:
+what the parallelism adds (DDP's gradient buckets, FSDP's gathered layers), frozen
+models (teachers, references, encoders), caches. `GPU_RESERVE` is added for the CUDA
+context, library workspaces and the allocator's fragmentation.
+
+Per node: every rank of the node holds, in host memory, the interpreter and libraries
+(`HOST_RUNTIME`) plus what it materialises on the host while it starts (a model built
+on the CPU before it moves to its GPU; nothing more than its shard for the 70B entries,
+which build on the meta device) or while it trains (shards kept in host memory by FSDP's
+CPU offload). DataLoader workers and page cache are not counted.
+
+Standard library at module level (benchkit's rule); torch only inside the functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GIB = 2**30
+#: GPU memory no tensor accounts for: CUDA context, cuBLAS/cuDNN workspaces, allocator
+#: fragmentation (about 0.5 GiB of context and 1-2 GiB of slack on an H100).
+GPU_RESERVE = 2 * GIB
+#: Host memory of one rank before it builds anything: interpreter, torch and the CUDA
+#: libraries (about 1.5-2.5 GiB of RSS for a CUDA build of torch).
+HOST_RUNTIME = 2 * GIB
+#: What the suites are sized for: an 80 GB GPU (the fake GPUs' 81920 MiB) and 1 TiB of
+#: host memory for a node of 8 GPUs.
+REFERENCE_GPU = 81920 * 2**20
+REFERENCE_HOST = 2**40
+REFERENCE_GPUS_PER_NODE = 8
+
+#: `estimate_entry` sets it to the entry's options (world size aside) while it estimates:
+#: entries that differ only by their world size (-single, -gpus, -nodes) measure the
+#: step of their model once per process (`_STEPS`).
+_SAME_STEP: Any = None
+_STEPS: dict[Any, Any] = {}
+
+#: Optimiser state per trained weight, in units of the weight's own size.
+OPTIMIZER_STATES = {
+    "adamw": 2, "adam": 2, "adamw-foreach": 2, "sgd-momentum": 1, "sgd": 0, "none": 0
+}  # fmt: skip
+#: Temporaries of the optimiser's step, in units of the trained weights' size: torch's
+#: multi-tensor (foreach) AdamW makes ``sqrt(exp_avg_sq)`` of every tensor at once (the
+#: fused kernels and the CPU's per-tensor loop make none worth counting).
+OPTIMIZER_TEMPORARIES = {"adamw-foreach": 1}
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB with one decimal (``12.3``)."""
+    return f"{n / GIB:.1f}"
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes one GPU and one node need for an entry (the module docstring says what
+    each part holds). ``host_startup`` and ``host_run`` are per rank, without
+    `HOST_RUNTIME`; ``ranks_per_node`` processes share the node's host memory."""
+
+    params: int = 0
+    grads: int = 0
+    optimizer: int = 0
+    activations: int = 0
+    other: int = 0
+    optimizer_step: int = 0
+    host_startup: int = 0
+    host_run: int = 0
+    ranks_per_node: int = 1
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def per_gpu(self) -> int:
+        """Everything one GPU holds at the peak of a step, `GPU_RESERVE` included. The
+        optimiser step's temporaries come after the backward has freed the activations:
+        the larger of the two counts."""
+        return (
+            self.params + self.grads + self.optimizer + self.other
+            + max(self.activations, self.optimizer_step) + GPU_RESERVE
+        )  # fmt: skip
+
+    @property
+    def host_per_rank(self) -> int:
+        """Host memory of one rank at its largest (start-up or training)."""
+        return HOST_RUNTIME + max(self.host_startup, self.host_run)
+
+    @property
+    def startup_per_rank(self) -> int:
+        """Host memory of one rank while it builds and materialises its model."""
+        return HOST_RUNTIME + self.host_startup
+
+    @property
+    def host_per_node(self) -> int:
+        """Host memory of the node: every rank at its largest, together."""
+        return self.ranks_per_node * self.host_per_rank
+
+    def gpu_line(self) -> str:
+        """``61.2 GiB per GPU (weights 14.0, gradients 0.1, ...)``."""
+        return (
+            f"{gib(self.per_gpu)} GiB per GPU (weights {gib(self.params)}, gradients "
+            f"{gib(self.grads)}, optimiser {gib(self.optimizer)}, activations "
+            f"{gib(self.activations)}, other {gib(self.other)}, "
+            + (f"optimiser step {gib(self.optimizer_step)}, " if self.optimizer_step else "")
+            + f"reserve {gib(GPU_RESERVE)})"
+        )
+
+    def host_line(self) -> str:
+        """``96.0 GiB of host memory per node (12.0 GiB per rank x 8)``."""
+        return (
+            f"{gib(self.host_per_node)} GiB of host memory per node ({gib(self.host_per_rank)} "
+            f"GiB per rank x {self.ranks_per_node}; start-up {gib(self.startup_per_rank)} "
+            f"GiB per rank)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The parts and the totals, in bytes (what the skip record carries)."""
+        out = asdict(self)
+        out["notes"] = list(self.notes)
+        out.update(
+            per_gpu=self.per_gpu,
+            host_per_rank=self.host_per_rank,
+            startup_per_rank=self.startup_per_rank,
+            host_per_node=self.host_per_node,
+        )
+        return out
+
+
+def does_not_fit(fp: Footprint, *, gpu_bytes: int | None, host_bytes: int | None) -> str | None:
+    """One line saying why ``fp`` does not fit a GPU of ``gpu_bytes`` and a node of
+    ``host_bytes`` (None: not checked), with the numbers; None when it fits."""
+    if gpu_bytes is not None and fp.per_gpu > gpu_bytes:
+        return f"needs {fp.gpu_line()}, the GPU has {gib(gpu_bytes)} GiB"
+    if host_bytes is not None and fp.host_per_node > host_bytes:
+        return f"needs {fp.host_line()}, the node has {gib(host_bytes)} GiB"
+    return None
+
+
+# -- sizes of modules -------------------------------------------------------------------
+
+
+def unique_params(modules: Iterable[Any]) -> list[Any]:
+    """The parameters of ``modules``, each once (tied weights are one tensor)."""
+    seen: set[int] = set()
+    out = []
+    for module in modules:
+        for p in module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+def nbytes(tensors: Iterable[Any]) -> int:
+    """Bytes of ``tensors`` at their global shape (a DTensor counts whole)."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def buffer_bytes(modules: Iterable[Any]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for module in modules:
+        for b in module.buffers():
+            if id(b) not in seen:
+                seen.add(id(b))
+                total += b.numel() * b.element_size()
+    return total
+
+
+def optimizer_bytes(trained: Iterable[Any], optimizer: str) -> int:
+    """State of ``optimizer`` (`OPTIMIZER_STATES`) for the ``trained`` parameters."""
+    try:
+        states = OPTIMIZER_STATES[optimizer]
+    except KeyError:
+        raise ValueError(
+            f"optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_STATES)}"
+        ) from None
+    return states * nbytes(trained)
+
+
+# -- one step on meta tensors ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """What one step made, in bytes: ``peak`` of the live tensors it made that are not
+    gradients of parameters (activations, temporaries, recomputed blocks), ``grads``
+    still held by parameters at the end, ``retained`` everything else still alive."""
+
+    peak: int
+    grads: int
+    retained: int
+
+
+class LiveBytes:
+    """Counts the bytes of the tensors that operators make while it is active, and their
+    peak, releasing each when its storage dies (weak references: nothing is kept alive).
+
+    Works on any device: on meta tensors it measures a step that never runs; on the CPU
+    it measures what a start-up really materialises (``meta=False``: meta tensors, which
+    hold no memory, are then not counted). Gradients handed to parameters can be set
+    apart (`set_apart`) so that the peak is of activations alone."""
+
+    def __init__(self, *, meta: bool = True) -> None:
+        import weakref
+
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self._weakref = weakref
+        self._meta = meta
+        self.live = 0
+        self.peak = 0
+        self._sizes: dict[int, int] = {}  # id(storage) -> counted bytes
+        self._refs: dict[int, Any] = {}
+        self._apart: set[int] = set()
+        owner = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                # a view or an in-place result shares an input's storage: nothing new
+                inputs = {id(s) for s in owner._storages((args, kwargs))}
+                for storage in owner._storages(out):
+                    if id(storage) not in inputs:
+                        owner._add(storage)
+                return out
+
+        self._mode = _Mode()
+
+    @staticmethod
+    def _storages(value: Any) -> Iterator[Any]:
+        """The storages of the tensors in ``value``; a wrapper tensor (a DTensor, a
+        sharded parameter) stands for the tensors it wraps (its local shard)."""
+        import torch
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, list | tuple):
+                stack.extend(item)
+            elif isinstance(item, dict):
+                stack.extend(item.values())
+            elif is_traceable_wrapper_subclass(item):
+                names, _ctx = item.__tensor_flatten__()
+                stack.extend(getattr(item, name) for name in names)
+            elif isinstance(item, torch.Tensor):
+                try:
+                    yield item.untyped_storage()
+                except (RuntimeError, NotImplementedError):  # subclasses without storage
+                    continue
+
+    def _add(self, storage: Any) -> None:
+        key = id(storage)
+        if key in self._sizes:
+            return
+        size = storage.nbytes()
+        if size == 0 or (not self._meta and storage.device.type == "meta"):
+            return
+        self._sizes[key] = size
+        self._refs[key] = self._weakref.ref(storage, lambda _ref, k=key: self._release(k))
+        self.live += size
+        self.peak = max(self.peak, self.live)
+
+    def _release(self, key: int) -> None:
+        size = self._sizes.pop(key, 0)
+        self._refs.pop(key, None)
+        if key in self._apart:
+            self._apart.discard(key)
+        else:
+            self.live -= size
+
+    def set_apart(self, tensor: Any) -> int:
+        """Stop counting ``tensor``'s storage in ``live`` (a gradient); returns its bytes."""
+        key = id(tensor.untyped_storage())
+        if key not in self._sizes or key in self._apart:
+            return 0
+        self._apart.add(key)
+        self.live -= self._sizes[key]
+        return self._sizes[key]
+
+    def __enter__(self) -> LiveBytes:
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+
+def measure_step(step: Callable[[], Any], params: Iterable[Any] = ()) -> StepMemory:
+    """Run ``step`` (one forward + backward, typically on meta tensors) and measure the
+    peak of the tensors it makes, the gradients of ``params`` set apart as they are
+    accumulated. Gradients left by earlier calls are dropped first."""
+    import gc
+
+    params = [p for p in params if p.requires_grad]
+    for p in params:
+        p.grad = None
+    counter = LiveBytes()
+    grads = {"bytes": 0}
+
+    def accumulated(p: Any) -> None:
+        if p.grad is not None:
+            grads["bytes"] += counter.set_apart(p.grad)
+
+    hooks = [p.register_post_accumulate_grad_hook(accumulated) for p in params]
+    try:
+        with counter:
+            step()
+        gc.collect()
+    finally:
+        for h in hooks:
+            h.remove()
+    grad_bytes = nbytes(p.grad for p in params if p.grad is not None)
+    for p in params:
+        p.grad = None
+    return StepMemory(peak=counter.peak, grads=grad_bytes, retained=max(0, counter.live))
+
+
+# -- assembling a training footprint -----------------------------------------------------
+
+
+def training_footprint(
+    *,
+    trained: Iterable[Any],
+    frozen: Iterable[Any] = (),
+    step: StepMemory,
+    optimizer: str = "adamw",
+    parallel: str = "none",
+    world: int = 1,
+    ranks_per_node: int = 1,
+    cpu_offload: bool = False,
+    units: Iterable[Any] = (),
+    built_on: str = "host",
+    extra_gpu: int = 0,
+    notes: Iterable[str] = (),
+) -> Footprint:
+    """The footprint of training the modules ``trained`` (their trainable parameters
+    learn, the rest of them is frozen weight) next to the ``frozen`` modules (teachers,
+    references: weights only), given the ``step`` measured on the meta device.
+
+    ``parallel``: ``none``, ``ddp`` (a bucket per gradient: gradients count twice) or
+    ``fsdp`` (weights, gradients and optimiser state sharded over ``world`` ranks, plus
+    two gathered ``units`` (the FSDP units, e.g. decoder layers: the current one and the
+    prefetched next) and one unit's unsharded gradients; with ``cpu_offload`` the shards
+    live in host memory instead). ``built_on``: where a rank makes its weights while it
+    starts: ``host`` (built on the CPU, then moved: all of them pass through host
+    memory), ``device`` (built on the GPU: none) or ``meta`` (built on the meta device,
+    then only the rank's shards materialised: in host memory with ``cpu_offload``, else
+    on the GPU). ``extra_gpu``: anything else on the GPU (a cache). ``optimizer``: a key
+    of `OPTIMIZER_STATES`; the temporaries of its step (`OPTIMIZER_TEMPORARIES`, sharded
+    as the state is) are ``optimizer_step``, which `Footprint.per_gpu` sets against the
+    activations (the step comes after the backward)."""
+    if built_on not in ("host", "device", "meta"):
+        raise ValueError(f"built_on {built_on!r}: expected host, device or meta")
+    if parallel not in ("none", "ddp", "fsdp"):
+        raise ValueError(f"parallel {parallel!r}: expected none, ddp or fsdp")
+    if world < 1 or ranks_per_node < 1:
+        raise ValueError(f"world {world}, ranks_per_node {ranks_per_node}: expected >= 1")
+    trained = list(trained)
+    frozen = list(frozen)
+    params = unique_params(trained)
+    learn = [p for p in params if p.requires_grad]
+    weights = nbytes(params) + buffer_bytes(trained)
+    grads = nbytes(learn)
+    state = optimizer_bytes(learn, optimizer)
+    step_temporaries = OPTIMIZER_TEMPORARIES.get(optimizer, 0) * grads
+    frozen_bytes = nbytes(unique_params(frozen)) + buffer_bytes(frozen)
+    activations = max(0, step.peak)
+    other = frozen_bytes + extra_gpu
+    host_startup = weights + frozen_bytes if built_on == "host" else 0
+    host_run = 0
+    if parallel == "ddp":
+        other += grads  # the gradient buckets of the reducer
+    elif parallel == "fsdp":
+        shard = math.ceil
+        unit_sizes = [nbytes(unique_params([u])) for u in units] or [0]
+        unit_grads = [nbytes(p for p in unique_params([u]) if p.requires_grad) for u in units]
+        gathered = 2 * max(unit_sizes) + max(unit_grads or [0])
+        weights, grads, state = (shard(x / world) for x in (weights, grads, state))
+        step_temporaries = shard(step_temporaries / world)
+        other += gathered
+        if cpu_offload:
+            host_run = weights + grads + state
+            if built_on == "meta":
+                host_startup = weights  # the rank's shards, made in host memory
+            weights = grads = state = step_temporaries = 0  # the step runs on the CPU
+    return Footprint(
+        params=weights,
+        grads=grads,
+        optimizer=state,
+        activations=activations,
+        other=other,
+        optimizer_step=step_temporaries,
+        host_startup=host_startup,
+        host_run=host_run,
+        ranks_per_node=ranks_per_node,
+        notes=tuple(notes),
+    )
+
+
+@dataclass
+class Workload:
+    """What a benchmark hands `estimate`: the modules it trains (``trained``) and those
+    it only runs (``frozen``), built on the meta device, and one training step over the
+    configured batch (``step``: forward and backward; it makes its inputs when called,
+    on the CPU, where `estimate` turns them into meta tensors)."""
+
+    trained: list[Any]
+    step: Callable[[], Any]
+    frozen: list[Any] = field(default_factory=list)
+
+
+AMP_DTYPES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "tf32-fp16": "float16",
+    "tf32-bf16": "bfloat16",
+}
+
+
+def as_fake_cpu(modules: Iterable[Any], mode: Any) -> None:
+    """Replace, in place, the meta parameters and buffers of ``modules`` by fake CPU
+    tensors of ``mode`` (meta storage, CPU dispatch: autocast applies). Tied weights stay
+    tied. (Building under the fake mode directly fails: modules that move their weights
+    with ``.to()``, as peft's adapters do, cannot swap fake parameters.)"""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    cpu = torch.device("cpu")
+    memo: dict[int, Any] = {}
+
+    def fake(t: Any, param: bool) -> Any:
+        if id(t) not in memo:
+            if t.device.type != "meta":
+                raise ValueError(f"expected a model built on the meta device, found {t.device}")
+            f = FakeTensor(mode, t.detach(), cpu)
+            memo[id(t)] = torch.nn.Parameter(f, requires_grad=t.requires_grad) if param else f
+        return memo[id(t)]
+
+    for module in modules:
+        for m in module.modules():
+            for name, p in list(m._parameters.items()):
+                if p is not None:
+                    m._parameters[name] = fake(p, True)
+            for name, b in list(m._buffers.items()):
+                if b is not None:
+                    m._buffers[name] = fake(b, False)
+
+
+def estimate(
+    make: Callable[[], Workload],
+    *,
+    precision: str | None = None,
+    optimizer: str = "adamw",
+    parallel: str = "none",
+    world: int = 1,
+    ranks_per_node: int = 1,
+    cpu_offload: bool = False,
+    units: Callable[[Workload], Iterable[Any]] | None = None,
+    built_on: str = "host",
+    extra_gpu: int = 0,
+    measured_at: tuple[int, int] | None = None,
+) -> Footprint:
+    """The `Footprint` of the workload ``make`` builds on the meta device. Its step runs
+    under ``FakeTensorMode`` on meta tensors that behave as CPU ones, so that the autocast
+    of ``precision`` (bf16, fp16) applies as on a GPU and the activations have the dtypes
+    of the real run; nothing is allocated. The arguments after ``make`` are
+    `training_footprint`'s; ``units`` picks the FSDP units of the workload.
+
+    ``measured_at=(batch, small)``: for small models whose step depends on its data
+    (graphs: sizes found by reading the indices, which meta tensors do not have), ``make``
+    builds a real model on the CPU and a real step over ``small`` items; the step runs
+    for real and its activations are scaled to ``batch`` items."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    name = AMP_DTYPES.get(precision or "")
+    amp = getattr(torch, name) if name else None
+    key = None if _SAME_STEP is None else (_SAME_STEP, precision, measured_at)
+    if key is not None and key in _STEPS:  # another world size of the same entry
+        work, measured = _STEPS[key]
+    else:
+        work = make()
+        real = measured_at is not None
+        if real and amp is torch.float16:  # the same sizes; CPUs run fp16 30x slower
+            amp = torch.bfloat16
+        mode = contextlib.nullcontext()
+        if not real:
+            mode = FakeTensorMode(allow_non_fake_inputs=True)  # small real tensors welcome
+            as_fake_cpu([*work.trained, *work.frozen], mode)
+        with mode:
+
+            def step() -> None:
+                with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+                    work.step()
+
+            measured = measure_step(step, unique_params(work.trained))
+        if real:  # activations grow with the batch: scaled to the configured one
+            batch, small = measured_at
+            measured = StepMemory(
+                peak=math.ceil(measured.peak * batch / small),
+                grads=measured.grads,
+                retained=measured.retained,
+            )
+        if key is not None:
+            _STEPS[key] = (work, measured)
+    return training_footprint(
+        trained=work.trained,
+        frozen=work.frozen,
+        step=measured,
+        optimizer=optimizer,
+        parallel=parallel,
+        world=world,
+        ranks_per_node=ranks_per_node,
+        cpu_offload=cpu_offload,
+        units=units(work) if units else (),
+        built_on=built_on,
+        extra_gpu=extra_gpu,
+    )
+
+
+def _import_benchmark_file(path: Any, suffix: str) -> Any:
+    """The module at ``path`` (a file of a benchmark folder), imported once under the name
+    ``<folder>_<suffix>`` so that the files of several benchmarks can live in one process
+    without one ``main`` hiding the others; a failed import leaves no half module behind."""
+    import importlib.util
+
+    name = f"{path.parent.name.replace('-', '_')}_{suffix}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def sibling_main(file: str) -> Any:
+    """The ``main.py`` next to ``file`` (a benchmark's ``footprint.py``), imported as
+    ``<folder>_main``, with the folder on ``sys.path`` for the benchmark's own sibling
+    imports (llava's shapes)."""
+    from pathlib import Path
+
+    path = Path(file).resolve().with_name("main.py")
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return _import_benchmark_file(path, "main")
+
+
+def ranks() -> tuple[int, int]:
+    """(world size, processes sharing this node) of the running benchmark: torchrun's
+    ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``; a ``per_gpu`` entry (``MILABENCH_CONFIG``'s
+    plan) runs one process per GPU of the node (``MILABENCH_GPU_COUNT``); else 1 and 1."""
+    import json
+
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+    if not local:
+        try:
+            plan = json.loads(os.environ.get("MILABENCH_CONFIG") or "{}").get("plan") or {}
+        except (ValueError, AttributeError):
+            plan = {}
+        gpus = int(os.environ.get("MILABENCH_GPU_COUNT", "0") or 0)
+        local = gpus if isinstance(plan, dict) and plan.get("method") == "per_gpu" else 1
+    return world, max(1, local)
+
+
+# -- the check at the start of a run -----------------------------------------------------
+
+
+def fake_gpu_bytes(spec: str | None = None) -> int | None:
+    """Memory of one fake GPU of ``MILABENCH_FAKE_GPUS`` (``cuda:8:81920``: MiB), if set."""
+    spec = os.environ.get("MILABENCH_FAKE_GPUS") if spec is None else spec
+    if not spec:
+        return None
+    parts = spec.split(":")
+    try:
+        return int(parts[2]) * 2**20 if len(parts) > 2 else 81920 * 2**20
+    except ValueError:
+        return None
+
+
+def gpu_bytes(device: Any) -> int | None:
+    """Memory of the accelerator ``device`` (a ``torch.device``: CUDA and ROCm, XPU),
+    None for a CPU or a back-end that does not say (not checked)."""
+    fake = fake_gpu_bytes()
+    if fake is not None:
+        return fake
+    kind = getattr(device, "type", None)
+    if kind in (None, "cpu", "meta"):
+        return None
+    import torch
+
+    properties = getattr(getattr(torch, kind, None), "get_device_properties", None)
+    if properties is None:
+        return None
+    try:
+        return int(properties(device).total_memory)
+    except (AttributeError, RuntimeError, AssertionError):
+        return None
+
+
+def host_bytes() -> int | None:
+    """The node's memory (``MemTotal`` of /proc/meminfo), None when unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def skip_unless_it_fits(
+    fp: Footprint | Callable[[], Footprint], device: Any, *, label: str = ""
+) -> Footprint | None:
+    """At the start of a benchmark: when ``fp`` does not fit this node's GPU or host
+    memory, say why in one line with the numbers (stderr, and a ``message`` event marked
+    ``skipped: memory`` that the report shows as the entry's skip reason) and exit 0.
+    Every rank decides the same (same options, identical GPUs); rank 0 writes.
+
+    ``fp`` may be a function that estimates it: it is called only on a GPU (or with
+    ``MILABENCH_FAKE_GPUS``), where there is something to check; a run on the CPU (the
+    tests, the CPU suites) does not pay for the estimate. Returns the footprint, or None
+    when it was not estimated."""
+    capacity = gpu_bytes(device)
+    if capacity is None and callable(fp):
+        return None
+    fp = fp() if callable(fp) else fp
+    reason = does_not_fit(fp, gpu_bytes=capacity, host_bytes=host_bytes())
+    if reason is None:
+        return fp
+    text = f"{label + ': ' if label else ''}{reason}"
+    if os.environ.get("RANK", "0") in ("", "0"):
+        from benchkit.channel import default_writer
+
+        writer = default_writer()
+        writer.event("message", {"message": text, "skipped": "memory", "memory": fp.as_dict()})
+        writer.flush()
+        print(f"skipped: {text}", file=sys.stderr, flush=True)
+    from benchkit.torchsetup import teardown_distributed
+
+    teardown_distributed()  # every rank leaves the same way, its group destroyed
+    raise SystemExit(0)
+
+
+def check_memory(main_file: str, args: Any, device: Any) -> Footprint | None:
+    """`skip_unless_it_fits` for the benchmark whose ``main.py`` is ``main_file``: its
+    ``footprint.py`` estimates ``args`` on this job's ranks (`ranks`). The one line a
+    benchmark's ``main()`` adds once it knows its device, before it builds anything."""
+    from pathlib import Path
+
+    folder = Path(main_file).resolve().parent
+
+    def estimate_here() -> Footprint:
+        return load_footprint(folder).footprint(args, *ranks())
+
+    return skip_unless_it_fits(estimate_here, device, label=folder.name)
+
+
+def load_footprint(folder: Any) -> Any:
+    """The ``footprint.py`` module of the benchmark in ``folder`` (imported once)."""
+    from pathlib import Path
+
+    path = Path(folder).resolve() / "footprint.py"
+    if not path.is_file():
+        raise SystemExit(f"{path.parent}: no footprint.py (the benchmark's memory estimate)")
+    return _import_benchmark_file(path, "footprint")
+
+
+# -- command line ------------------------------------------------------------------------
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators: steps that draw sizes at random
+    (DINOv2's iBOT mask ratios, crop counts) then hold the same activations in every
+    estimate, so two entries with the same per-rank work get the same figure."""
+    import random
+
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        numpy.random.seed(seed)
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def estimate_entry(folder: str, argv: list[str], world: int, ranks_per_node: int) -> Footprint:
+    """The footprint of the benchmark in ``folder`` run with ``argv`` on ``world`` ranks,
+    ``ranks_per_node`` processes per node: its ``footprint.py`` given the options its
+    ``main.py`` parses."""
+    global _SAME_STEP
+    module = load_footprint(folder)
+    args = sibling_main(module.__file__).parse_args(list(argv))
+    # options that change how the run is launched, not what one step holds
+    launch = {"threads", "backend", "num_workers", "data", "dataset", "no_stdout"}
+    options = tuple(sorted((k, repr(v)) for k, v in vars(args).items() if k not in launch))
+    _SAME_STEP = (str(folder), options)
+    seed_everything(0)
+    try:
+        return module.footprint(args, world, ranks_per_node)
+    finally:
+        _SAME_STEP = None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchkit.memory FOLDER [--world N] [--ranks-per-node N] -- ARGV...``
+    prints the footprint of the benchmark in FOLDER run with ARGV, as JSON (bytes), with
+    the GPU and host lines; ``--jobs FILE`` (``-``: stdin) reads a JSON list of
+    ``{"argv": [...], "world": N, "ranks_per_node": N}`` and prints one result per job
+    (``{"footprint": {...}}`` or ``{"error": "one line"}``)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m benchkit.memory", description=main.__doc__)
+    parser.add_argument("folder", help="the benchmark's folder (benchmarks/<name>)")
+    parser.add_argument("--world", type=int, default=1, help="ranks of the job")
+    parser.add_argument("--ranks-per-node", type=int, default=1, help="processes per node")
+    parser.add_argument("--jobs", default=None, help="JSON list of jobs (- for stdin)")
+    parser.add_argument("argv", nargs="*", help="the benchmark's options (after --)")
+    opts = parser.parse_args(argv)
+    if opts.jobs is None:
+        fp = estimate_entry(opts.folder, opts.argv, opts.world, opts.ranks_per_node)
+        print(json.dumps({"footprint": fp.as_dict(), "gpu": fp.gpu_line(), "host": fp.host_line()}))
+        return 0
+    text = sys.stdin.read() if opts.jobs == "-" else open(opts.jobs, encoding="utf-8").read()
+    results = []
+    for job in json.loads(text):
+        try:
+            fp = estimate_entry(opts.folder, job["argv"], job["world"], job["ranks_per_node"])
+            results.append(
+                {"footprint": fp.as_dict(), "gpu": fp.gpu_line(), "host": fp.host_line()}
+            )
+        except (Exception, SystemExit) as err:  # one line per job that could not be estimated
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            results.append({"error": f"{type(err).__name__}: {first}"})
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

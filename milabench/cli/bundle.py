@@ -1,0 +1,132 @@
+"""`milabench bundle`: write a wheelhouse for air-gapped nodes (`milabench.envs.bundle`).
+
+    milabench bundle --output DIR [--config F] [--select ...] [--variant V]
+                     [--python-version 3.11] [--platform x86_64-manylinux_2_28]
+                     [--no-milabench | --only-milabench] [--verbose]
+
+Run it where the package registries are reachable; copy DIR (and the repository) to the
+node, then ``milabench install --offline DIR``. Exit code 0 when the wheelhouse is
+complete (its ``manifest.json`` written), 1 when a part could not be resolved or
+downloaded (the line names the package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from milabench.cli.common import add_option, add_suite_options
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_suite_options(parser)
+    parser.add_argument(
+        "--output",
+        "-o",
+        required=True,
+        metavar="DIR",
+        help="the wheelhouse folder to write (created; an older wheelhouse there is updated)",
+    )
+    parser.add_argument(
+        "--variant",
+        "--arch",
+        dest="variant",
+        default=None,
+        metavar="ARCH",
+        help="install variant of every group (requirements.<ARCH>.txt, constraints/<ARCH>.txt;"
+        " default: what 'milabench install' would use here)",
+    )
+    add_option(
+        parser,
+        "python-version",
+        default=None,
+        metavar="X.Y",
+        help="CPython version of the node (default: this interpreter's)",
+    )
+    add_option(
+        parser,
+        "platform",
+        default=None,
+        metavar="PLATFORM",
+        help="platform of the node, in uv's spelling, e.g. x86_64-manylinux_2_28 "
+        "(default: this machine's)",
+    )
+    add_option(
+        parser,
+        "no-milabench",
+        dest="with_milabench",
+        action="store_false",
+        default=True,
+        help="leave out milabench's own dependencies (the node already has milabench)",
+    )
+    add_option(
+        parser,
+        "only-milabench",
+        action="store_true",
+        default=False,
+        help="bundle milabench's own dependencies only (for a node whose Python already has "
+        "the benchmarks' frameworks: --use-current-env)",
+    )
+    add_option(
+        parser,
+        "verbose",
+        action="store_true",
+        default=False,
+        help="print uv's and pip's output as it comes",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    from pathlib import Path
+
+    from milabench.cli.common import ensure_writable, load_suite_from_args
+    from milabench.envs.bundle import Target, make_bundle, summary
+    from milabench.envs.groups import build_groups
+    from milabench.errors import UsageError
+
+    if args.only_milabench and not args.with_milabench:
+        raise UsageError("--only-milabench and --no-milabench leave nothing to bundle")
+    target = Target.parse(args.python_version, args.platform)
+    suite = load_suite_from_args(args)
+    entries = [] if args.only_milabench else list(suite.entries.values())
+    if args.variant:
+        entries = [dataclasses.replace(e, install_variant=args.variant) for e in entries]
+    groups = build_groups(entries, suite.system) if entries else []
+    if not groups and not args.with_milabench:
+        print("nothing to bundle: no benchmark selected")
+        return 0
+    runs = suite.base / "runs"
+    ensure_writable(suite.base, runs)
+
+    def names(values: list[str] | None) -> list[str]:
+        return [n for v in values or [] for n in v.split(",") if n]
+
+    origin = {
+        "suite": str(suite.config_path),
+        "select": names(args.select),
+        "exclude": names(args.exclude),
+        "variant": args.variant,
+    }
+    results, logs, manifest = make_bundle(
+        groups,
+        suite.system,
+        Path(args.output),
+        runs,
+        target,
+        with_milabench=args.with_milabench,
+        origin=origin,
+        echo=args.verbose,
+    )
+    print(summary(results, manifest, Path(args.output).absolute()))
+    if logs is not None:
+        print(f"logs: {logs}")
+    for group in groups:
+        for note in group.notes:
+            print(f"note: {note}")
+    failed = [r.name for r in results if not r.ok]
+    if failed:
+        first = next(r for r in results if not r.ok)
+        print(f"milabench: error: bundle {first.name}: {first.message}", file=sys.stderr)
+        return 1
+    return 0

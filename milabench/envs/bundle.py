@@ -1,0 +1,747 @@
+"""Wheelhouses for air-gapped nodes: ``milabench bundle`` and ``milabench install --offline``.
+
+On a machine that reaches the package registries, `make_bundle` writes, for a suite's
+selection, an install variant, a Python version and a platform::
+
+    <wheelhouse>/wheels/*.whl                   every wheel the selection installs
+    <wheelhouse>/requirements/<group>.txt       the pins of each install group
+    <wheelhouse>/requirements/milabench.txt     milabench's own dependencies (+ setuptools)
+    <wheelhouse>/manifest.json                  what it is for, and each file's sha256
+
+Each group's pins are compiled with ``uv pip compile`` from the group's own requirement
+files and constraints (`milabench.envs.groups.build_groups`, the function ``install``
+uses) for the target Python version and platform; each pin is then fetched with ``pip
+download --no-deps`` (uv has no download command) and any sdist is built into a wheel
+here, so the node needs neither an index nor a compiler. The manifest is written last:
+a folder without one is not a wheelhouse.
+
+On the node, `install_offline` installs the groups exactly as ``milabench install``
+does, from the wheelhouse only (``--no-index --find-links``, uv's ``--offline``), with
+the bundled pins as constraints, after checking that the wheelhouse is complete: every
+file of the manifest present with its sha256, this Python version and machine, each
+group bundled with the same requirement files and variant. A missing or damaged wheel
+is one line naming the package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from milabench.envs.backends import Backend, backend_name
+from milabench.envs.groups import InstallGroup
+from milabench.envs.install import GroupResult, LogFolder, install_all
+from milabench.envs.marker import input_hash, install_inputs, is_up_to_date
+from milabench.envs.pipconf import PipSettings, read_pip_settings
+from milabench.envs.steps import run_step
+from milabench.errors import EnvironmentMissing, UsageError
+from milabench.plan.spec import ProcessSpec
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+WHEELS = "wheels"
+REQUIREMENTS = "requirements"
+MILABENCH = "milabench"
+#: build backend of ``pip install -e <repository>`` (pyproject.toml's build-system)
+MILABENCH_BUILD = ("setuptools>=68",)
+_PLATFORM = re.compile(r"^(?P<arch>x86_64|aarch64|ppc64le|s390x)-manylinux(?P<ver>2014|_2_\d+)$")
+_PIN = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*(?P<version>[^\s;\\]+)"
+)
+
+
+# -- names -----------------------------------------------------------------------------
+
+
+def canonical(name: str) -> str:
+    """PEP 503 name: lower case, runs of ``-_.`` as one ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_key(filename: str) -> tuple[str, str]:
+    """(canonical name, version) of a wheel file name (``name-version[-build]-py-abi-plat``)."""
+    parts = filename[: -len(".whl")].split("-")
+    if len(parts) < 5:
+        raise ValueError(f"{filename}: not a wheel file name")
+    return canonical(parts[0]), parts[1].lower()
+
+
+def same_version(version: str) -> str:
+    """A version spelled so that equal PEP 440 versions compare equal as strings here:
+    lower case, trailing ``.0`` of the release dropped (``1.0.0+CPU`` -> ``1+cpu``)."""
+    version = version.lower()
+    match = re.match(r"^(\d+(?:\.\d+)*)(.*)$", version)
+    if match is None:
+        return version
+    release = match.group(1).split(".")
+    while len(release) > 1 and release[-1].lstrip("0") == "":
+        release.pop()
+    return ".".join(str(int(n)) for n in release) + match.group(2)
+
+
+def wheel_tags(filename: str) -> tuple[str, str, str]:
+    """(python, abi, platform) tags of a wheel file name."""
+    parts = filename[: -len(".whl")].split("-")
+    return parts[-3], parts[-2], parts[-1]
+
+
+def read_pins(path: Path) -> list[tuple[str, str]]:
+    """``(canonical name, version)`` of each ``name==version`` line of a compiled file."""
+    pins = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        match = _PIN.match(line)
+        if match is None:
+            raise UsageError(f"{path}: not a pinned requirement: {line!r}")
+        pins.append((canonical(match["name"]), match["version"].lower()))
+    return pins
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def group_fingerprint(group: InstallGroup) -> str:
+    """What decides a group's pins, independent of where the repository lies: the variant,
+    the contents of its requirement files and of its constraints file (whose ``#
+    milabench:`` directives hold the indexes and the variant's added requirements), the
+    entries' constraint lines and whether voir is added."""
+    digest = hashlib.sha256()
+    items = [
+        group.variant,
+        *[hashlib.sha256(p.read_bytes()).hexdigest() for p in group.requirements],
+        hashlib.sha256(group.constraints.read_bytes()).hexdigest() if group.constraints else "",
+        *group.constraint_lines,
+        str(group.needs_voir),
+    ]
+    for item in items:
+        digest.update(item.encode() + b"\0")
+    return digest.hexdigest()
+
+
+# -- the target ------------------------------------------------------------------------
+
+
+def this_python() -> str:
+    return "{}.{}".format(*sys.version_info[:2])
+
+
+@dataclass(frozen=True)
+class Target:
+    """The Python version and platform a wheelhouse is made for.
+
+    ``platform`` is uv's spelling (``x86_64-manylinux_2_28``), or None for this machine's
+    own platform; then ``python`` may still name another version of CPython.
+    """
+
+    python: str
+    platform: str | None = None
+
+    @classmethod
+    def parse(cls, python: str | None, platform_name: str | None) -> Target:
+        python = python or this_python()
+        if not re.fullmatch(r"3\.\d+", python):
+            raise UsageError(f"--python-version: {python!r} is not a CPython version like 3.11")
+        if platform_name is not None and not _PLATFORM.match(platform_name):
+            raise UsageError(
+                f"--platform: {platform_name!r} is not a Linux platform like "
+                "x86_64-manylinux_2_28 or aarch64-manylinux_2_28"
+            )
+        return cls(python, platform_name)
+
+    @property
+    def native(self) -> bool:
+        return self.platform is None and self.python == this_python()
+
+    @property
+    def machine(self) -> str:
+        """The CPU architecture of the target (``x86_64``...)."""
+        if self.platform is None:
+            return platform.machine()
+        match = _PLATFORM.match(self.platform)
+        assert match is not None
+        return match["arch"]
+
+    def pip_platforms(self) -> list[str]:
+        """pip's ``--platform`` tags for the target: each manylinux tag it accepts."""
+        if self.platform is None:
+            return []
+        match = _PLATFORM.match(self.platform)
+        assert match is not None
+        arch, ver = match["arch"], match["ver"]
+        newest = 17 if ver == "2014" else int(ver.rsplit("_", 1)[1])
+        tags = [f"manylinux_2_{minor}_{arch}" for minor in range(newest, 4, -1)]
+        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+        tags += [f"{name}_{arch}" for minor, name in legacy.items() if minor <= newest]
+        return tags
+
+    def uv_args(self) -> list[str]:
+        args = ["--python-version", self.python]
+        if self.platform is not None:
+            args += ["--python-platform", self.platform]
+        return args
+
+    def pip_args(self) -> list[str]:
+        """``pip download`` options selecting the target's wheels (none when native)."""
+        if self.native:
+            return []
+        args = ["--python-version", self.python, "--implementation", "cp"]
+        for tag in self.pip_platforms():
+            args += ["--platform", tag]
+        return args
+
+    def describe(self) -> dict:
+        return {
+            "python": self.python,
+            "platform": self.platform or sysconfig.get_platform(),
+            "machine": self.machine,
+            "native": self.native,
+        }
+
+
+# -- making a wheelhouse ---------------------------------------------------------------
+
+
+def pip_command() -> list[str]:
+    """A pip to download and build with: virtualenv's bundled pip wheel (virtualenv is a
+    dependency of milabench, so it is always there), else this interpreter's pip."""
+    try:
+        from virtualenv.seed.wheels.embed import BUNDLE_FOLDER, BUNDLE_SUPPORT
+
+        name = BUNDLE_SUPPORT.get(this_python(), {}).get("pip")
+        if name and (Path(BUNDLE_FOLDER) / name).is_file():
+            return [sys.executable, str(Path(BUNDLE_FOLDER) / name / "pip")]
+    except (ImportError, AttributeError):
+        pass
+    import importlib.util
+
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    raise EnvironmentMissing("no pip to download wheels with: install pip or virtualenv")
+
+
+def milabench_requirements() -> list[str]:
+    """milabench's own run-time dependencies (its metadata, extras left out)."""
+    from importlib import metadata
+
+    try:
+        declared = metadata.requires("milabench") or []
+    except metadata.PackageNotFoundError as err:
+        raise EnvironmentMissing(
+            "milabench is not installed as a package here ('pip install -e .' first), so its "
+            "dependencies are unknown"
+        ) from err
+    return [r for r in declared if "extra ==" not in r and "extra==" not in r]
+
+
+@dataclass
+class BundleResult:
+    """One part of a wheelhouse (an install group, or milabench itself)."""
+
+    name: str
+    ok: bool
+    seconds: float
+    pins: list[tuple[str, str]] = field(default_factory=list)
+    message: str = ""
+
+
+def _spec(name: str, step: str, argv: list[str], cwd: Path, env: dict[str, str]) -> ProcessSpec:
+    return ProcessSpec(
+        tag=[name],
+        argv=argv,
+        env={"PYTHONUNBUFFERED": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", **env},
+        cwd=str(cwd),
+        node=None,
+        data_channel="fd",
+        timeout=3600.0,
+        entry={"name": name, "tag": [name], "phase": "bundle", "step": step},
+    )
+
+
+@dataclass
+class _Maker:
+    """State of one `make_bundle` call: where files go and how commands are run."""
+
+    output: Path
+    target: Target
+    system: dict
+    logs: LogFolder
+    echo: bool
+    pip: PipSettings = field(default_factory=read_pip_settings)
+    pip_cmd: list[str] = field(default_factory=pip_command)
+
+    @property
+    def staging(self) -> Path:
+        return self.output / ".staging"
+
+    def compile(self, name: str, inputs: list[Path], constraints: list[Path], index: list[str]):
+        """``uv pip compile`` of ``inputs`` for the target; ``index`` in uv's spelling."""
+        from milabench.config.options import get_option
+
+        out = self.output / REQUIREMENTS / f"{name}.txt"
+        strategy = get_option(self.system, "install.index_strategy", None)
+        argv = [
+            sys.executable, "-m", "uv", "pip", "compile", *[str(p) for p in inputs],
+            "-o", str(out), *self.target.uv_args(), "--no-header", "--no-annotate",
+            *self.pip.index_strategy_args(strategy, index),
+        ]  # fmt: skip
+        for path in constraints:
+            argv += ["-c", str(path)]
+        argv += index + self.pip.uv_args()
+        spec = _spec(name, "compile", argv, self.logs.path, self.pip.uv_env())
+        return out, run_step(spec, self.logs.sinks(), echo=self.echo)
+
+    def download(self, name: str, pins: Path, index: list[str]):
+        """``pip download --no-deps`` of every pin; ``index`` in pip's spelling."""
+        argv = [
+            *self.pip_cmd, "download", "--no-deps", "--progress-bar", "off",
+            "--dest", str(self.staging), "-r", str(pins), *index, *self.target.pip_args(),
+        ]  # fmt: skip
+        return run_step(_spec(name, "download", argv, self.logs.path, {}), self.logs.sinks(),
+                        echo=self.echo)  # fmt: skip
+
+    def part(
+        self,
+        name: str,
+        inputs: list[Path],
+        constraints: list[Path],
+        index: Sequence[str] = (),
+        uv_index: Sequence[str] = (),
+    ) -> BundleResult:
+        """Compile one part's pins and download every pinned distribution."""
+        start = time.perf_counter()
+        pins_file, result = self.compile(name, inputs, constraints, list(uv_index))
+        if not result.ok:
+            return BundleResult(name, False, time.perf_counter() - start, [],
+                                f"compile: {result.error}")  # fmt: skip
+        pins = read_pins(pins_file)
+        if pins:
+            result = self.download(name, pins_file, list(index))
+            if not result.ok:
+                return BundleResult(name, False, time.perf_counter() - start, pins,
+                                    f"download: {result.error}")  # fmt: skip
+        return BundleResult(name, True, time.perf_counter() - start, pins)
+
+    def build_sdists(self) -> list[str]:
+        """Turn each downloaded sdist into a wheel in the staging folder; errors as lines."""
+        errors = []
+        for sdist in sorted(self.staging.iterdir()):
+            if sdist.suffix == ".whl" or not sdist.is_file():
+                continue
+            built = self.staging / ".built"
+            argv = [*self.pip_cmd, "wheel", "--no-deps", "--progress-bar", "off",
+                    "--wheel-dir", str(built), str(sdist)]  # fmt: skip
+            result = run_step(_spec(sdist.name, "build", argv, self.logs.path, {}),
+                              self.logs.sinks(), echo=self.echo)  # fmt: skip
+            if not result.ok:
+                errors.append(f"{sdist.name}: no wheel on the index and the build failed: "
+                              f"{result.error}")  # fmt: skip
+                continue
+            for wheel in sorted(built.glob("*.whl")):
+                _, abi, plat = wheel_tags(wheel.name)
+                if not self.target.native and (abi, plat) != ("none", "any"):
+                    errors.append(
+                        f"{sdist.name}: no wheel on the index for the target, and its build "
+                        f"here is for this machine only ({wheel.name}); bundle on a machine "
+                        "like the node"
+                    )
+                    wheel.unlink()
+                    continue
+                os.replace(wheel, self.staging / wheel.name)
+            sdist.unlink()
+        return errors
+
+
+def make_bundle(
+    groups: list[InstallGroup],
+    system: dict,
+    output: Path,
+    runs: Path,
+    target: Target,
+    *,
+    with_milabench: bool = True,
+    origin: dict | None = None,
+    echo: bool = False,
+    say: Callable[[str], object] = print,
+) -> tuple[list[BundleResult], Path | None, dict | None]:
+    """Write the wheelhouse of ``groups`` into ``output`` (see module docstring).
+
+    Returns the result of each part, the log folder and the manifest (None when a part
+    failed: then no manifest is written, and the folder is not a wheelhouse).
+    """
+    output = output.absolute()
+    (output / MANIFEST).unlink(missing_ok=True)
+    for sub in (WHEELS, REQUIREMENTS, ".staging"):
+        (output / sub).mkdir(parents=True, exist_ok=True)
+    logs = LogFolder(runs, "bundle")
+    results: list[BundleResult] = []
+    manifest_groups: dict[str, dict] = {}
+    try:
+        maker = _Maker(output, target, system, logs, echo)
+        for wheel in (output / WHEELS).glob("*.whl"):  # a previous bundle: pip skips them
+            shutil.move(str(wheel), maker.staging / wheel.name)
+        for group in groups:
+            say(f"[{group.name}] pins for Python {target.python}, variant {group.variant}")
+            inputs = list(group.requirements)
+            added = _added_requirements(group)
+            if group.needs_voir:
+                added += ["voir", "ptera"]
+            if added:  # what install adds on its command line
+                inputs.append(_log_file(logs, f"{group.name}.added.in", added))
+            constraints = [group.constraints] if group.constraints else []
+            if group.constraint_lines:
+                name = f"{group.name}.constraints.txt"
+                constraints.append(_log_file(logs, name, group.constraint_lines))
+            if not inputs:
+                res = BundleResult(group.name, True, 0.0)
+                (output / REQUIREMENTS / f"{group.name}.txt").write_text("")
+            else:
+                res = maker.part(
+                    group.name, inputs, constraints, group.index_args, _uv_index_args(group)
+                )
+            results.append(res)
+            manifest_groups[group.name] = {
+                "variant": group.variant,
+                "benchmarks": group.benchmarks,
+                "fingerprint": group_fingerprint(group),
+                "requirements": f"{REQUIREMENTS}/{group.name}.txt",
+                "pins": [f"{n}=={v}" for n, v in res.pins],
+            }
+        own = None
+        if with_milabench:
+            say(f"[{MILABENCH}] milabench's own dependencies, for Python {target.python}")
+            source = output / REQUIREMENTS / f"{MILABENCH}.in"
+            source.write_text("\n".join([*milabench_requirements(), *MILABENCH_BUILD]) + "\n")
+            res = maker.part(MILABENCH, [source], [])
+            results.append(res)
+            own = {
+                "requirements": f"{REQUIREMENTS}/{MILABENCH}.txt",
+                "pins": [f"{n}=={v}" for n, v in res.pins],
+            }
+        if any(not r.ok for r in results):
+            return results, (logs.path if logs.used else None), None
+        errors = maker.build_sdists()
+        if errors:
+            results.append(BundleResult("sdists", False, 0.0, [], "; ".join(errors)))
+            return results, (logs.path if logs.used else None), None
+        files = _collect(output, maker.staging, results)
+        found = {(f["package"], same_version(f["version"])) for f in files}
+        for res in results:
+            lost = [f"{n}=={v}" for n, v in res.pins if (n, same_version(v)) not in found]
+            if lost:  # pip fetched something else than the pin: never a silent gap
+                res.ok, res.message = False, f"no wheel of {', '.join(lost)} after download"
+                return results, (logs.path if logs.used else None), None
+    finally:
+        logs.close()
+    manifest = {
+        "format": FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "milabench": _milabench_version(),
+        **(origin or {}),
+        "target": target.describe(),
+        "groups": manifest_groups,
+        "milabench_requirements": own,
+        "files": files,
+    }
+    tmp = output / f"{MANIFEST}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, output / MANIFEST)
+    return results, (logs.path if logs.used else None), manifest
+
+
+def _uv_index_args(group: InstallGroup) -> list[str]:
+    """The group's index directives in uv's spelling (a ``--torch-backend`` stays one),
+    where the group has them; else pip's spelling, which uv reads too."""
+    return list(getattr(group, "uv_index_args", None) or group.index_args)
+
+
+def _added_requirements(group: InstallGroup) -> list[str]:
+    """What install adds to a group's requirement files: the variant's ``--with``."""
+    return list(getattr(group, "with_requirements", None) or []) if group.requirements else []
+
+
+def _log_file(logs: LogFolder, name: str, lines: list[str]) -> Path:
+    """A small input file written into the log folder (kept: it documents the bundle)."""
+    logs.sinks()  # creates the folder
+    path = logs.path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _collect(output: Path, staging: Path, results: list[BundleResult]) -> list[dict]:
+    """Move the pinned wheels into ``wheels/`` (others are dropped); one record each."""
+    wanted = {(n, same_version(v)) for r in results for n, v in r.pins}
+    wheels = output / WHEELS
+    files = []
+    for path in sorted(staging.glob("*.whl")):
+        key = wheel_key(path.name)
+        if (key[0], same_version(key[1])) not in wanted:
+            path.unlink()
+            continue
+        target = wheels / path.name
+        os.replace(path, target)
+        files.append({
+            "name": path.name,
+            "package": key[0],
+            "version": key[1],
+            "size": target.stat().st_size,
+            "sha256": sha256_of(target),
+        })  # fmt: skip
+    shutil.rmtree(staging, ignore_errors=True)
+    return files
+
+
+def _milabench_version() -> str:
+    from milabench import __version__
+
+    return str(__version__)
+
+
+# -- installing from a wheelhouse -------------------------------------------------------
+
+
+@dataclass
+class Wheelhouse:
+    """A wheelhouse read back from its manifest (`read_wheelhouse`)."""
+
+    path: Path
+    manifest: dict
+
+    @property
+    def wheels(self) -> Path:
+        return self.path / WHEELS
+
+    def pins_file(self, group: str) -> Path:
+        return self.path / REQUIREMENTS / f"{group}.txt"
+
+    def files_by_key(self) -> dict[tuple[str, str], dict]:
+        """The manifest's files by (name, `same_version`)."""
+        files = self.manifest.get("files", [])
+        return {(f["package"], same_version(f["version"])): f for f in files}
+
+    def check_target(self) -> None:
+        """This interpreter's version and this machine's architecture are the target's."""
+        target = self.manifest.get("target") or {}
+        if target.get("python") != this_python():
+            raise UsageError(
+                f"{self.path}: made for Python {target.get('python')}, this is Python "
+                f"{this_python()} ({sys.executable}); run milabench bundle "
+                f"--python-version {this_python()}"
+            )
+        if target.get("machine") and target["machine"] != platform.machine():
+            raise UsageError(
+                f"{self.path}: made for {target['machine']} machines, this one is "
+                f"{platform.machine()}"
+            )
+
+    def check_file(self, record: dict, where: str) -> None:
+        """One file of the manifest is present, with its sha256 (one line when not)."""
+        path = self.wheels / record["name"]
+        pkg = f"{record['package']}=={record['version']}"
+        if not path.is_file():
+            raise EnvironmentMissing(
+                f"{self.path}: the wheel of {pkg} ({record['name']}, {where}) is missing; "
+                "copy the whole wheelhouse again or run milabench bundle again"
+            )
+        if path.stat().st_size != record.get("size") or sha256_of(path) != record["sha256"]:
+            raise EnvironmentMissing(
+                f"{self.path}: the wheel of {pkg} ({record['name']}, {where}) does not match "
+                "the sha256 of manifest.json (a damaged copy?); copy it again"
+            )
+
+    def check_pins(self, pins: list[str], where: str) -> None:
+        """Each ``name==version`` has its file, present and intact (`check_file`)."""
+        files = self.files_by_key()
+        for pin in pins:
+            package, _, version = pin.partition("==")
+            record = files.get((package, same_version(version)))
+            if record is None:
+                raise EnvironmentMissing(
+                    f"{self.path}: no wheel of {pin} ({where}) in manifest.json; "
+                    "run milabench bundle again"
+                )
+            self.check_file(record, where)
+
+    def check_group(self, group: InstallGroup) -> None:
+        """The group was bundled, from the same requirement files and variant, complete."""
+        bundled = self.manifest.get("groups") or {}
+        record = bundled.get(group.name)
+        if record is None:
+            raise UsageError(
+                f"{self.path}: install group {group.name!r} is not in this wheelhouse "
+                f"(it has: {', '.join(sorted(bundled)) or 'none'}); run milabench bundle "
+                "with this selection"
+            )
+        if record.get("variant") != group.variant:
+            raise UsageError(
+                f"{self.path}: install group {group.name!r} was bundled for variant "
+                f"{record.get('variant')!r}, this install needs {group.variant!r}; run "
+                f"milabench bundle --variant {group.variant}"
+            )
+        if record.get("fingerprint") != group_fingerprint(group):
+            files = ", ".join(str(p) for p in group.requirements) or "none"
+            raise UsageError(
+                f"{self.path}: install group {group.name!r}: its requirement files or "
+                f"constraints changed since the wheelhouse was made ({files}); run "
+                "milabench bundle again"
+            )
+        if not self.pins_file(group.name).is_file():
+            raise EnvironmentMissing(f"{self.pins_file(group.name)}: missing")
+        self.check_pins(list(record.get("pins") or []), f"install group {group.name}")
+
+
+def read_wheelhouse(path: Path) -> Wheelhouse:
+    """The wheelhouse at ``path``; a usage error naming the file when it is not one."""
+    path = Path(path).expanduser().absolute()
+    manifest_path = path / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path}: not a wheelhouse (no {MANIFEST}; 'milabench bundle' writes it last)"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{manifest_path}: unreadable: {err}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("format"), int):
+        raise UsageError(f"{manifest_path}: not a milabench wheelhouse manifest")
+    if manifest["format"] > FORMAT:
+        raise UsageError(
+            f"{manifest_path}: format {manifest['format']} is newer than this milabench "
+            f"reads ({FORMAT}); upgrade milabench"
+        )
+    return Wheelhouse(path, manifest)
+
+
+@dataclass
+class OfflineBackend(Backend):
+    """The chosen back-end, its package sources replaced by the wheelhouse alone.
+
+    Every package source of the install command (the groups' index directives, pip's
+    settings) is removed from its command line and replaced by ``--no-index --find-links
+    <wheels>``; the directives still count in the input hash, so an environment installed
+    offline is the one an online install makes. The group's bundled pins are added as
+    constraints, and uv runs with ``--offline``.
+    """
+
+    wheelhouse: Wheelhouse | None = None
+
+    def __post_init__(self) -> None:
+        assert self.wheelhouse is not None
+        self.pip = PipSettings(no_index=True, find_links=[str(self.wheelhouse.wheels)])
+
+    def install_spec(
+        self, group: InstallGroup, cwd: Path, extra_constraints: Path | None
+    ) -> ProcessSpec | None:
+        assert self.wheelhouse is not None
+        spec = super().install_spec(group, cwd, extra_constraints)
+        if spec is None:
+            return None
+        argv = [*without_sources(spec.argv), "--no-index", "--find-links",
+                str(self.wheelhouse.wheels), "-c", str(self.wheelhouse.pins_file(group.name))]  # fmt: skip
+        if self.name == "uv":
+            argv.append("--offline")
+        env = {
+            **spec.env,
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_NO_INDEX": "1",
+            "PIP_FIND_LINKS": str(self.wheelhouse.wheels),
+            "UV_OFFLINE": "1",
+        }
+        return spec.evolve(argv=argv, env=env)
+
+
+_SOURCE_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "--torch-backend",
+                   "-i", "-f")  # fmt: skip
+
+
+def without_sources(argv: list[str]) -> list[str]:
+    """``argv`` without its package sources: ``--no-index`` and each option of
+    `_SOURCE_OPTIONS` with its value (``--opt VALUE`` or ``--opt=VALUE``)."""
+    out: list[str] = []
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--no-index" or word.split("=", 1)[0] in _SOURCE_OPTIONS and "=" in word:
+            continue
+        elif word in _SOURCE_OPTIONS:
+            skip = True
+        else:
+            out.append(word)
+    return out
+
+
+def install_offline(
+    groups: list[InstallGroup],
+    system: dict,
+    runs: Path,
+    wheelhouse: Path,
+    *,
+    force: bool = False,
+    backend: str | None = None,
+    into_current_env: bool = False,
+    echo: bool = False,
+    say: Callable[[str], object] = print,
+) -> tuple[list[GroupResult], Path | None]:
+    """``milabench install --offline``: `install_all` with the wheelhouse as only source.
+
+    The wheelhouse is checked first (target, and for every group that will be installed:
+    bundled, same requirement files and variant, each pinned wheel present with its
+    sha256); any problem is raised as one line before anything is installed. Groups that
+    are up to date are neither checked nor touched.
+    """
+    house = read_wheelhouse(wheelhouse)
+    house.check_target()
+    todo = []
+    for group in groups:
+        if group.use_current_env:
+            if into_current_env:
+                todo.append(group)
+        elif force or not is_up_to_date(group, input_hash(install_inputs(group))):
+            todo.append(group)
+    for group in todo:
+        house.check_group(group)
+    chosen = OfflineBackend(backend or backend_name(system), system, wheelhouse=house)
+    return install_all(
+        groups,
+        system,
+        runs,
+        force=force,
+        backend=chosen,
+        into_current_env=into_current_env,
+        echo=echo,
+        say=say,
+    )
+
+
+def summary(results: list[BundleResult], manifest: dict | None, output: Path) -> str:
+    """One line per part (pins, time, or the error), then the wheelhouse's size."""
+    lines = []
+    for r in results:
+        state = "ok" if r.ok else "failed"
+        detail = f"{len(r.pins)} pins" if r.ok else r.message
+        lines.append(f"{r.name}: {state} ({r.seconds:.1f} s) {detail}")
+    if manifest is not None:
+        files = manifest["files"]
+        size = sum(f["size"] for f in files)
+        lines.append(
+            f"wheelhouse: {output} ({len(files)} wheels, {size / 2**20:.1f} MiB, "
+            f"Python {manifest['target']['python']} on {manifest['target']['platform']})"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""`benchkit.memory`: the live-tensor counter on meta tensors, the step measurement
+(gradients set apart, activation checkpointing seen), the footprint arithmetic of each
+parallelism, the one-line reason. (The start-of-run skip of a real benchmark is in
+tests/benchmarks/test_llm_finetune.py.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchkit import memory
+from benchkit.memory import (
+    GIB,
+    GPU_RESERVE,
+    HOST_RUNTIME,
+    Footprint,
+    LiveBytes,
+    StepMemory,
+    does_not_fit,
+    fake_gpu_bytes,
+    measure_step,
+    training_footprint,
+)
+
+torch = pytest.importorskip("torch")
+
+
+def test_views_and_inputs_are_not_new_memory():
+    a = torch.empty(1024, 1024, device="meta")  # 4 MiB, made before counting
+    with LiveBytes() as live:
+        v = a.t()  # a view: a's storage
+        a.mul_(2)  # in place: a's storage
+        b = a * 2  # new: 4 MiB
+        assert live.live == 4 * 2**20
+        del b
+        assert live.live == 0  # released when its storage dies
+        c = torch.empty(10, device="meta")
+    assert live.peak == 4 * 2**20 and v.shape == (1024, 1024) and c.numel() == 10
+
+
+def _mlp(width: int = 256, depth: int = 4) -> torch.nn.Module:
+    with torch.device("meta"):
+        return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(depth)])
+
+
+def test_step_sets_gradients_apart_and_sees_checkpointing():
+    from torch.utils.checkpoint import checkpoint
+
+    model = _mlp(256, 16)
+    x = torch.empty(4096, 256, device="meta")
+
+    def run(layers) -> torch.Tensor:
+        h = layers[0]
+        for layer in layers[1:]:
+            h = torch.relu(layer(h))
+        return h
+
+    def plain() -> None:
+        run([x, *model]).sum().backward()
+
+    def checkpointed() -> None:  # 4 segments of 4 layers: their inputs are kept
+        h = x
+        for i in range(0, 16, 4):
+            h = checkpoint(lambda a, i=i: run([a, *model[i : i + 4]]), h, use_reentrant=False)
+        h.sum().backward()
+
+    full = measure_step(plain, model.parameters())
+    ckpt = measure_step(checkpointed, model.parameters())
+    grads = 16 * (256 * 256 + 256) * 4
+    assert full.grads == ckpt.grads == grads  # set apart: not in the peaks
+    act = 4096 * 256 * 4  # one [4096, 256] fp32 activation: 4 MiB
+    # without checkpointing every layer keeps its output for the backward
+    assert 16 * act <= full.peak <= 20 * act, full.peak / act
+    # with it: 4 segment outputs, and one segment's 4 recomputed ones at a time
+    assert ckpt.peak <= 0.75 * full.peak, (ckpt.peak / act, full.peak / act)
+    assert all(p.grad is None for p in model.parameters())  # left clean
+
+
+def test_footprint_arithmetic_per_parallelism():
+    model = _mlp(1024, 8)  # 8 x (1024 x 1024 + 1024) fp32 = 32.03 MiB
+    weights = 8 * (1024 * 1024 + 1024) * 4
+    step = StepMemory(peak=100 * 2**20, grads=weights, retained=0)
+    one = training_footprint(trained=[model], step=step)
+    assert (one.params, one.grads, one.optimizer) == (weights, weights, 2 * weights)
+    assert one.activations == 100 * 2**20 and one.other == 0
+    assert one.per_gpu == 4 * weights + 100 * 2**20 + GPU_RESERVE
+    assert one.host_startup == weights  # built on the host, then moved
+    ddp = training_footprint(trained=[model], step=step, parallel="ddp", world=8)
+    assert ddp.other == weights  # the reducer's buckets
+    fsdp = training_footprint(
+        trained=[model], step=step, parallel="fsdp", world=8, ranks_per_node=8,
+        units=list(model), built_on="meta",
+    )  # fmt: skip
+    unit = (1024 * 1024 + 1024) * 4
+    assert fsdp.params == weights // 8 and fsdp.optimizer == 2 * weights // 8
+    assert fsdp.other == 3 * unit  # two gathered layers and one layer's full gradients
+    assert fsdp.host_startup == 0  # shards made on the GPU
+    offload = training_footprint(
+        trained=[model], step=step, parallel="fsdp", world=8, ranks_per_node=8,
+        units=list(model), built_on="meta", cpu_offload=True,
+    )  # fmt: skip
+    assert offload.params == offload.grads == offload.optimizer == 0
+    assert offload.host_startup == weights // 8  # the rank's shards, in host memory
+    assert offload.host_run == 4 * weights // 8
+    assert offload.host_per_node == 8 * (HOST_RUNTIME + 4 * weights // 8)
+    # torch's foreach AdamW: a copy of the trained weights (here the shard) at the step,
+    # after the backward: it replaces the activations at the peak when larger
+    foreach = training_footprint(
+        trained=[model], step=step, optimizer="adamw-foreach", parallel="fsdp", world=8,
+        units=list(model), built_on="meta",
+    )  # fmt: skip
+    assert foreach.optimizer == fsdp.optimizer and foreach.optimizer_step == weights // 8
+    assert foreach.per_gpu == fsdp.per_gpu  # 100 MiB of activations > a 4 MiB shard
+    big = StepMemory(peak=2**20, grads=weights, retained=0)
+    alone = training_footprint(trained=[model], step=big, optimizer="adamw-foreach")
+    assert alone.optimizer_step == weights
+    assert alone.per_gpu == 5 * weights + GPU_RESERVE  # the step's copy, not 1 MiB
+    assert "optimiser step 0.0, reserve" in alone.gpu_line()
+    assert one.optimizer_step == 0 and "optimiser step" not in one.gpu_line()
+    with pytest.raises(ValueError, match="parallel 'tp'"):
+        training_footprint(trained=[model], step=step, parallel="tp")
+    with pytest.raises(ValueError, match="optimizer 'lion'"):
+        training_footprint(trained=[model], step=step, optimizer="lion")
+
+
+def test_reason_is_one_line_with_the_numbers():
+    fp = Footprint(params=60 * GIB, grads=GIB, optimizer=2 * GIB, activations=20 * GIB,
+                   ranks_per_node=8, host_startup=10 * GIB)  # fmt: skip
+    reason = does_not_fit(fp, gpu_bytes=80 * GIB, host_bytes=2**40)
+    assert reason == (
+        "needs 85.0 GiB per GPU (weights 60.0, gradients 1.0, optimiser 2.0, activations "
+        "20.0, other 0.0, reserve 2.0), the GPU has 80.0 GiB"
+    )
+    assert does_not_fit(fp, gpu_bytes=None, host_bytes=2**40) is None
+    host = does_not_fit(fp, gpu_bytes=None, host_bytes=64 * GIB)
+    assert host.startswith("needs 96.0 GiB of host memory per node (12.0 GiB per rank x 8")
+    assert host.endswith("the node has 64.0 GiB") and "\n" not in host
+
+
+def test_fake_gpu_spec_and_ranks(monkeypatch):
+    assert fake_gpu_bytes("cuda:8:81920") == 80 * GIB
+    assert fake_gpu_bytes("cuda:8") == 80 * GIB and fake_gpu_bytes("") is None
+    for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "MILABENCH_CONFIG", "MILABENCH_GPU_COUNT"):
+        monkeypatch.delenv(key, raising=False)
+    assert memory.ranks() == (1, 1)
+    monkeypatch.setenv("MILABENCH_GPU_COUNT", "8")
+    monkeypatch.setenv("MILABENCH_CONFIG", json.dumps({"plan": {"method": "per_gpu"}}))
+    assert memory.ranks() == (1, 8)  # 8 processes on the node, one per GPU
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert memory.ranks() == (16, 8)
