@@ -1,5 +1,6 @@
 """Shared test set-up: make the small helper modules of `tests/` importable, apply the CI
-rule for skips (the hooks of tests/systemtools.py), and find (or install) the headless
+rule for skips (the hooks of tests/systemtools.py) and the parallel workers' rule (quiet
+tests run alone: tests/concurrency.py), and find (or install) the headless
 Chromium the HTML tests draw pages with."""
 
 import sys
@@ -9,6 +10,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from concurrency import (  # noqa: E402, F401  (the hooks are registered by being here)
+    pytest_collection_modifyitems,
+    pytest_runtest_protocol,
+)
 from systemtools import (  # noqa: E402, F401  (the hooks are registered by being here)
     find,
     pytest_configure,

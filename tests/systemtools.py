@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 import pytest
+from concurrency import machine_lock
 
 # Prefix of every reason given by `cannot_run_here`: the CI rule lets these skips stand.
 MACHINE_PREFIX = "cannot run on this machine: "
@@ -124,12 +125,13 @@ def install(packages: Iterable[str], timeout: float = 900) -> str | None:
         sudo = ["sudo", "-n"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     cmd = [*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    if proc.returncode != 0 and not _refreshed:
-        _refreshed = True  # a fresh machine's package lists may be empty or stale
-        update = [*sudo, "apt-get", "update", "-q"]
-        subprocess.run(update, capture_output=True, env=env, timeout=timeout)
+    with machine_lock("apt"):  # parallel workers: dpkg's own lock fails instead of waiting
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        if proc.returncode != 0 and not _refreshed:
+            _refreshed = True  # a fresh machine's package lists may be empty or stale
+            update = [*sudo, "apt-get", "update", "-q"]
+            subprocess.run(update, capture_output=True, env=env, timeout=timeout)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if proc.returncode != 0:
         return f"apt-get install {' '.join(packages)} failed: {proc.stderr.strip()[-300:]}"
     return None

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,32 +23,18 @@ SMOKE = ROOT / "config" / "standard-smoke.yaml"
 NO_FLOPS = {"ppo", "dqn", "brax"}
 
 
-def _env() -> dict[str, str]:
+def milabench(*args: str, base: Path, timeout: float) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     for key in ("MILABENCH_CONFIG", "MILABENCH_SYSTEM", "MILABENCH_FAKE_GPUS", "MILABENCH_BASE"):
         env.pop(key, None)
-    return env
-
-
-def _argv(*args: str, base: Path) -> list[str]:
-    return [sys.executable, "-m", "milabench", *args, "--config", str(SMOKE), "--base", str(base)]
-
-
-def milabench(*args: str, base: Path, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
-        _argv(*args, base=base),
+        [sys.executable, "-m", "milabench", *args, "--config", str(SMOKE), "--base", str(base)],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=env,
         cwd=ROOT,
         timeout=timeout,
     )
-
-
-# The run is cut in two halves run at the same time, one per CPU: most of an entry's time
-# here is its process's imports, on one core. `--select hf` and `--exclude hf` split the
-# suite exactly (one install group, and everything else).
-HALVES = {"hf": ("--select", "hf"), "rest": ("--exclude", "hf")}
 
 
 @pytest.mark.slow
@@ -59,37 +44,11 @@ def test_standard_smoke_suite_passes_on_cpu(tmp_path):
     for phase, limit in (("install", 900), ("prepare", 300)):
         done = milabench(phase, base=base, timeout=limit)
         assert done.returncode == 0, (phase, done.stdout[-3000:], done.stderr[-3000:])
-    outcome: dict[str, tuple[int | None, str]] = {}
-    with tempfile.TemporaryDirectory() as logs:
-        procs: dict[str, subprocess.Popen] = {}
-        try:
-            for half, words in HALVES.items():
-                argv = _argv("run", *words, "--run-name", f"smoke-{half}", base=base)
-                with open(Path(logs) / f"{half}.out", "w") as out:
-                    procs[half] = subprocess.Popen(
-                        argv, stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT
-                    )
-            for proc in procs.values():
-                proc.wait(timeout=1500)
-        finally:
-            for proc in procs.values():  # a half still running: its own SIGTERM clean-up
-                if proc.poll() is None:
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
-            for half, proc in procs.items():
-                outcome[half] = (proc.returncode, (Path(logs) / f"{half}.out").read_text())
-    rows: dict[str, dict] = {}
-    for half, (code, text) in outcome.items():
-        assert code == 0, (half, text[-6000:])
-        assert "Verdict:      PASS (exit code 0)" in text, (half, text[-3000:])
-        report = json.loads((base / "runs" / f"smoke-{half}" / "report.json").read_text())
-        names = {r["name"] for r in report["benchmarks"]}
-        assert not names & set(rows), (half, names & set(rows))
-        rows.update({r["name"]: r for r in report["benchmarks"]})
+    run = milabench("run", "--run-name", "smoke", base=base, timeout=1500)
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]
+    assert "Verdict:      PASS (exit code 0)" in run.stdout
+    report = json.loads((base / "runs" / "smoke" / "report.json").read_text())
+    rows = {r["name"]: r for r in report["benchmarks"]}
     enabled = {n for n, (_, on) in UPSTREAM.items() if on} | EXTRA
     assert set(rows) == enabled
     for name, row in rows.items():

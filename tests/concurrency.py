@@ -1,0 +1,143 @@
+"""Running the tests on parallel workers (pytest-xdist, `-n 2` in the README's command)
+without one test disturbing another.
+
+* **Quiet tests run alone.** A test that measures the machine (rates compared across
+  nodes or runs, a CPU hog that must be the only neighbour, wall-clock bounds) is marked
+  ``quiet``: while it runs (setup, call, teardown) no other test runs on any worker, and
+  it waits for the running ones to end. Every other test may share the machine with one
+  other. The marker is set on the files of `QUIET_FILES` (`pytest_collection_modifyitems`)
+  or by ``@pytest.mark.quiet`` on a test. Quiet tests run at the end of the session,
+  the longest ordinary files (`FIRST_FILES`) at its start.
+* **One apt-get at a time** (`machine_lock`): dpkg takes a lock of its own and a second
+  install fails at once instead of waiting.
+
+Both are `fcntl.flock` locks on files of the temporary folder: the quiet rule is a
+readers-writer lock shared by the workers of one run (``PYTEST_XDIST_TESTRUNUID``), with a
+turnstile so that a quiet test waiting for the others is not passed by the next test of
+the other worker. Without xdist nothing is locked (a single process runs one test at a
+time anyway).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Test files whose every test measures or bounds time on the real machine.
+QUIET_FILES = frozenset(
+    {
+        "tests/benchkit/test_device_events.py",  # live rates within a 1.5 s window
+        "tests/benchkit/test_distributed.py",  # a window of 1.5 s across two ranks
+        "tests/ci/test_workflow.py",  # a planted regression found on real runs
+        "tests/config/test_suite_loading.py",  # load time bound
+        "tests/dashboard/test_dashboard.py",  # per-frame cost bound
+        "tests/doctor/test_interference_run.py",  # the hog must be the only neighbour
+        "tests/doctor/test_procfs.py",  # this machine's busiest process
+        "tests/execute/test_cli_run.py",  # grace periods timed
+        "tests/execute/test_runner.py",
+        "tests/execute/test_stress.py",
+        "tests/fleet/test_fleet_nodes.py",  # node rates compared, a throttled node found
+        "tests/history/test_history_cli.py",  # change points on real paced runs
+        "tests/report/test_real_runs.py",  # A/B of real runs
+        "tests/scripts/test_emulated_hosts.py",
+        "tests/scripts/test_perf_thirdparty.py",
+        "tests/test_cli.py",  # `--help` start-up time
+    }
+)
+
+# The longest ordinary files, started first: each overlaps the rest of the suite on the
+# other worker instead of ending it alone.
+FIRST_FILES = (
+    "tests/benchmarks/test_standard_smoke.py",  # every standard entry, installed and run
+    "tests/benchmarks/test_memory_estimates.py",  # every entry built on the meta device
+    "tests/envs/test_pins_reproduce.py",
+)
+
+QUIET = "quiet"
+
+
+def _lock_dir() -> Path:
+    return Path(tempfile.gettempdir())
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Hold the machine-wide lock ``name`` (one holder at a time, across processes)."""
+    with _flock(_lock_dir() / f"milabench-tests-{name}.lock", fcntl.LOCK_EX):
+        yield
+
+
+@contextlib.contextmanager
+def machine_slot(quiet: bool) -> Iterator[None]:
+    """Shared use of the machine for an ordinary test, sole use for a quiet one; nothing
+    outside an xdist run."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        yield
+        return
+    base = _lock_dir() / f"milabench-tests-{run}"
+    turnstile, room = Path(f"{base}.turnstile.lock"), Path(f"{base}.room.lock")
+    if quiet:
+        with _flock(turnstile, fcntl.LOCK_EX):  # no new test gets in while it waits
+            handle = open(room, "a")  # noqa: SIM115 - released in the finally below
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+    else:
+        with _flock(turnstile, fcntl.LOCK_EX):
+            handle = open(room, "a")  # noqa: SIM115 - released in the finally below
+            fcntl.flock(handle, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+
+
+def _order(rel: str, quiet: bool) -> int:
+    if rel in FIRST_FILES:
+        return FIRST_FILES.index(rel)
+    return len(FIRST_FILES) + (1 if quiet else 0)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of `QUIET_FILES`, then order the session: `FIRST_FILES`, the ordinary
+    tests, the quiet ones last (a quiet test waits for the other worker's test to end:
+    at the end of the session there is little left to wait for). The order within each
+    part is kept, and xdist hands files to the workers in this order."""
+    root = Path(str(config.rootpath))
+    keys = {}
+    for item in items:
+        try:
+            rel = Path(str(item.path)).resolve().relative_to(root).as_posix()
+        except ValueError:
+            rel = ""
+        if rel in QUIET_FILES:
+            item.add_marker(QUIET)
+        keys[item.nodeid] = _order(rel, item.get_closest_marker(QUIET) is not None)
+    items.sort(key=lambda item: keys[item.nodeid])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    with machine_slot(quiet=item.get_closest_marker(QUIET) is not None):
+        return (yield)
