@@ -137,6 +137,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: keys[item.nodeid])
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Keep the order of `pytest_collection_modifyitems` under ``--dist loadfile``: xdist
+    would otherwise hand out the files with the most tests first."""
+    if hasattr(session.config.option, "loadscopereorder"):
+        session.config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     with machine_slot(quiet=item.get_closest_marker(QUIET) is not None):

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from concurrency import (  # noqa: E402, F401  (the hooks are registered by being here)
     pytest_collection_modifyitems,
     pytest_runtest_protocol,
+    pytest_sessionstart,
 )
 from systemtools import (  # noqa: E402, F401  (the hooks are registered by being here)
     find,
