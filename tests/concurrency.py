@@ -93,24 +93,14 @@ def machine_slot(quiet: bool) -> Iterator[None]:
         return
     base = _lock_dir() / f"milabench-tests-{run}"
     turnstile, room = Path(f"{base}.turnstile.lock"), Path(f"{base}.room.lock")
-    if quiet:
-        with _flock(turnstile, fcntl.LOCK_EX):  # no new test gets in while it waits
-            handle = open(room, "a")  # noqa: SIM115 - released in the finally below
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
-    else:
-        with _flock(turnstile, fcntl.LOCK_EX):
-            handle = open(room, "a")  # noqa: SIM115 - released in the finally below
-            fcntl.flock(handle, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
+    with _flock(turnstile, fcntl.LOCK_EX):  # no new test gets in while a quiet one waits
+        handle = open(room, "a")  # noqa: SIM115 - released in the finally below
+        fcntl.flock(handle, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 def _order(rel: str, quiet: bool) -> int:

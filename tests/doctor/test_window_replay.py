@@ -5,11 +5,10 @@ target, and on a noisy host it must save time."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from scriptmodule import load_script, unload
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = Path(__file__).parent / "recorded"
@@ -17,14 +16,8 @@ RECORDED = Path(__file__).parent / "recorded"
 
 @pytest.fixture(scope="module")
 def replay():
-    spec = importlib.util.spec_from_file_location(
-        "window_replay", ROOT / "scripts" / "window_replay.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["window_replay"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("window_replay", None)
+    yield load_script("window_replay")
+    unload("window_replay")
 
 
 RECORDINGS = sorted(RECORDED.glob("streams-*.json.gz"))

@@ -5,25 +5,18 @@ multi-gigabyte models: they are run by hand, not here.)"""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from scriptmodule import load_script, unload
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def harness():
-    spec = importlib.util.spec_from_file_location(
-        "startup_times", ROOT / "scripts" / "startup_times.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["startup_times"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("startup_times", None)
+    yield load_script("startup_times")
+    unload("startup_times")
 
 
 def test_jax_probes_run_the_suites_arguments(harness, monkeypatch):
