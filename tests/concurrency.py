@@ -34,6 +34,7 @@ QUIET_FILES = frozenset(
     {
         "tests/benchkit/test_device_events.py",  # live rates within a 1.5 s window
         "tests/benchkit/test_distributed.py",  # a window of 1.5 s across two ranks
+        "tests/benchkit/test_thirdparty_suite.py",  # three rates within a 1.5 s window
         "tests/ci/test_workflow.py",  # a planted regression found on real runs
         "tests/config/test_suite_loading.py",  # load time bound
         "tests/dashboard/test_dashboard.py",  # per-frame cost bound

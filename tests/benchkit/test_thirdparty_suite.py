@@ -31,7 +31,7 @@ SUITE = """
 include: {config}
 
 "*":
-  measure: {{warmup_min: 0.2s, warmup_max: 1s, min: 0.5s, max: 4s, min_observations: 3,
+  measure: {{warmup_min: 0.2s, warmup_max: 1s, min: 0.5s, max: 1.5s, min_observations: 3,
              startup: 90s}}
   voir:
     options: {{gpu_poll: 0}}
