@@ -1,10 +1,10 @@
-"""The analytic FLOPs of the transformer entries agree with the counted ones (issue 24,
-item 4), at the entries' own shapes: each model is built on the meta device and one step
-of the configured batch is counted there by `benchkit.flops.count_flops_on_meta` (no
-compute: the 70B entries cost seconds), then compared with the formula the benchmark
-uses or offers, within 5%. The counts are of model FLOPs: activation checkpointing off;
-turned on, the count grows by the recomputed forwards (the hardware FLOPs dinov2 and vjepa
-declare beside their model FLOPs)."""
+"""The analytic FLOPs of the transformer entries agree with the counted ones, at the entries'
+own shapes: each model is built on the meta device and one step of the configured batch is
+counted there by `benchkit.flops.count_flops_on_meta` (no compute: the 70B entries cost
+seconds), then compared with the formula the benchmark uses or offers, within 5%. The
+counts are of model FLOPs: activation checkpointing off; turned on, the count grows by the
+recomputed forwards (the hardware FLOPs dinov2 and vjepa declare beside their model
+FLOPs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every entry of the GPU standard suite fits, checked without a GPU (issue 24, item 3).
+"""Every entry of the GPU standard suite fits, checked without a GPU.
 
 Each entry's model is built on the meta device by its benchmark's ``footprint.py`` and one
 step at the configured batch is measured there (`benchkit.memory`): memory per GPU

@@ -265,7 +265,7 @@ def test_matrix_plans_every_entry_on_each_node_shape(tmp_path, gpus, nodes):
         kinds[name] = expected_plan(entry, gpus, nodes)
     scheduled = {n for n, k in kinds.items() if not k.startswith("skipped")}
     multi = {n for n in entries if n.endswith(("-gpus", "-nodes"))}
-    if gpus == 1 and nodes == 1:  # issue 23's rule: a 1-GPU node runs no multi-GPU entry
+    if gpus == 1 and nodes == 1:  # upstream's rule: a 1-GPU node runs no multi-GPU entry
         assert not scheduled & multi, scheduled & multi
     if nodes == 1:
         assert not {n for n in scheduled if n.endswith("-nodes")}

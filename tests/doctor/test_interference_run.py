@@ -1,5 +1,5 @@
 """A real run with a CPU hog started halfway through one benchmark: the report names the
-hog as interference for that benchmark and for no other (issue 25, "done when")."""
+hog as interference for that benchmark and for no other."""
 
 from __future__ import annotations
 

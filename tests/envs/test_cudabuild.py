@@ -1,6 +1,6 @@
-"""Which CUDA build `milabench install` picks for the node's NVIDIA driver (issue 23, item
-1), where the choice shows (install, `milabench machine`, the run metadata, the report's
-System block, `milabench compare`), and the pins that back each build.
+"""Which CUDA build `milabench install` picks for the node's NVIDIA driver, where the choice
+shows (install, `milabench machine`, the run metadata, the report's System block,
+`milabench compare`), and the pins that back each build.
 
 The driver is the fake `pynvml` of tests/fakes at the version ``FAKE_PYNVML_DRIVER`` names
 (the only mock: no GPU here); every command runs as a real ``python -m milabench``.

@@ -1,7 +1,7 @@
 """The NVIDIA driver against the CUDA runtime of the pinned wheels (issue 13, item 4):
 one line naming both versions, before an install and before a run. The driver is the
 fake `pynvml` of tests/fakes (550.54.15, CUDA 12.4), the only mock: no GPU here. A runtime
-of the driver's CUDA major version runs (minor-version compatibility, issue 23)."""
+of the driver's CUDA major version runs (minor-version compatibility)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`milabench pin` reproduces every committed requirements file (issue 23, item 2).
+"""`milabench pin` reproduces every committed requirements file.
 
 For each variant (cpu, cuda, cuda12), `milabench pin --config config/pins.yaml --variant V`
 runs on a copy of the benchmark folders, with this machine's pip sources (the CPU torch

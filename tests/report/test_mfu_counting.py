@@ -1,4 +1,4 @@
-"""MFU counted right (issue 24, item 4): every GPU of every node counted, one peak per die
+"""MFU counted right: every GPU of every node counted, one peak per die
 of multi-die packages (MI250/MI250X), and the recomputation of activation checkpointing
 kept out of the model FLOPs (shown beside them as hardware FLOPs and HFU). Each figure is
 checked against arithmetic done by hand on run folders written as the real runs write
