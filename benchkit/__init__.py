@@ -4,10 +4,26 @@ Standard library only: it is made importable inside every benchmark environment 
 the orchestrator's dependencies. Optional accelerations (torch events, pynvml, psutil)
 are used only when the benchmark's own environment already has them.
 
-Modules: `benchkit.channel` (data channel writer), `benchkit.options` (budget and
-settings), `benchkit.timing` (`TimedIterator`), `benchkit.monitors` (background
-sampling), `benchkit.instruments` (helpers for ``voirfile.py``), `benchkit.stopping`
-(ending a run once its budget is spent).
+Modules, by role:
+
+* writing: `channel` (the data channel: batched `DataWriter`, smuggling codec),
+  `records` (the records a step timer writes);
+* settings: `options` (the ``measure`` block, stop/skip/interval/gpu_poll),
+  `stopping` (`StopProgram`, `run_main`, `budget`: exit 0 once the window is over);
+* measuring a loop: `timing` (`TimedIterator`, the front), `meter` (convert, decide,
+  write between two steps), `window` (when warm-up and measurement end), `clock` (step
+  stamps: device events or host time), `pending` (steps not yet converted), `losses`
+  (lazy losses), `agreement` (distributed ranks deciding together);
+* third-party scripts under voir: `instruments` (`benchkit_instrument`, `wrap_loader`),
+  `voirfile` (its names under the voirfile's name), `session` (a voir run's state and
+  probes), `stepmode` (a step selector wired to a `StepTimer`), `steps` (`StepTimer`,
+  wrapped calls, traced lines), `overhead` (what the instrumentation costs per step);
+* watching the machine: `monitors` (background samples), `accelerators` (which
+  accelerator back-end answers, its devices and samples), `smi` (vendor command-line
+  monitors' outputs parsed);
+* benchmark set-up: `torchsetup`, `jaxsetup` (options, device check), `memory` (will an
+  entry fit), `flops` (work per item, for TFLOPS and MFU), `golden` (are the numbers
+  right), `synthetic` (synthetic samples served by a DataLoader).
 """
 
 from benchkit.stopping import StopProgram, budget, run_main

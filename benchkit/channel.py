@@ -169,7 +169,7 @@ class DataWriter:
 
     def write_encoded(self, lines: list[str]) -> None:
         """Append already-encoded JSON lines (no newline): one lock for many records,
-        for producers that format their own records (`TimedIterator`'s flush)."""
+        for producers that format their own records (`benchkit.records`)."""
         if self.fd is None or not lines:
             return
         with self._lock:
@@ -202,7 +202,7 @@ class DataWriter:
                     continue
                 except OSError:
                     # Reader gone (EPIPE) or descriptor closed under us (voir closes its
-                    # logger at finalize): records can no longer go anywhere.
+                    # logger at finalize): records have nowhere to go.
                     self.fd = None
                     return
                 view = view[written:]

@@ -1,54 +1,15 @@
 """Golden outputs: is the operation a benchmark times computing the right numbers?
 
-A device, driver or library can be fast because it is wrong (a kernel that skips work, a
-matmul that silently runs in TF32 or bf16 when asked for fp32, a broken reduction). A
-throughput number cannot tell; a deterministic check can. Before its timed loop a
-benchmark runs the exact operation it times once, on a fixed small input, and compares:
-
-* **input**: drawn in float64 on the CPU from a private generator with a fixed seed (the
-  global random state of the benchmark is not touched), then rounded to the benchmark's
-  dtype and moved to its device;
-* **device result**: the operation on the device, in that dtype, under the benchmark's
-  own precision settings (TF32 flags included);
-* **reference**: the same operation in float64 on the CPU, on the *rounded* inputs
-  upcast to float64. Rounding the inputs to bf16 is the benchmark's choice, not the
-  device's error: only what the device computes from those inputs is judged;
-* **error**: ``max |out - ref| / (max |ref| + tiny)`` (`max_rel_error`), in float64.
-  Why not an element-wise relative error: outputs of a matmul or a gradient cross zero,
-  and an entry near zero has a huge relative error for a correct result (cancellation).
-  Why not the norm ratio ``||out - ref|| / ||ref||``: it averages, so one wrong tile of a
-  tiled kernel (a quarter of a row block, say) is diluted by the square root of its
-  share of the output; the max-norm ratio sees the worst entry at full size, still on
-  the scale of the output;
-* **verdict**: error <= the tolerance of the dtype (`TOLERANCES`), written as one record
-  ``{"task": "golden", "golden": {"name", "dtype", "max_rel_error", "tolerance",
-  "passed", "reference"}}`` on the data channel; the report's ``golden`` validation
-  layer fails the run when any record says ``passed: false``.
-
-Tolerances (`TOLERANCES`), for the sizes used here: a matmul with inner dimension
-``k = 256`` of standard normal inputs, so entries of the result are about N(0, k) and
-``max |ref|`` is about ``4 sqrt(k) = 64``; the other operators reduce over at most a
-few hundred elements too. ``u`` is the unit roundoff of the format that rounds.
-
-* ``fp64`` 1e-12: u = 1.1e-16; even the worst-case bound of a dot product,
-  ``k u |A||B|`` (|A||B| entries ~ 0.64 k = 163), is 7e-14 of ``max |ref|``.
-* ``fp32`` 1e-5: u = 6e-8; a real fp32 matmul lands around 1e-7 to 1e-6 (rounding errors
-  of a k-term sum grow like ``sqrt(k) u``), its worst-case bound is ~4e-5 and is never
-  approached with random signs. What must fail is an "fp32" that is secretly TF32 or
-  bf16: their input rounding alone gives 1e-4 to 1e-3 here, 10x to 100x above.
-* ``tf32`` 5e-3: the kernel rounds the fp32 inputs to a 10-bit mantissa (u = 4.9e-4):
-  each product is off by ~u, the k errors add like a random walk, ``u sqrt(k) / 4 sqrt(k)``
-  ~ 1e-4 on average and ~5e-4 at the worst of 65536 entries; 10x margin above that.
-* ``fp16`` 1e-2: u = 4.9e-4 for the output rounding (fp32 accumulation, the usual case:
-  ~5e-4); a library that accumulates in fp16 adds ``u sqrt(k)`` per entry, ~1.5e-3 of
-  the max. A wrong kernel (skipped block, wrong tile) errs by O(1): far above.
-* ``bf16`` 5e-2: u = 3.9e-3 (8-bit mantissa): output rounding 2e-3, accumulation in bf16
-  (some CPU paths) ~1e-2 of the max; 5e-2 keeps 5x above that and 20x below an O(1)
-  mistake.
-
-The test flag ``--golden-perturb EPS`` of the benchmarks (hidden from ``--help``) scales
-the device output by ``1 + EPS`` before the comparison, which adds a relative error of
-EPS: tests use it to make the check fail for real.
+Before its timed loop a benchmark runs the exact operation it times once, on a fixed
+small input drawn in float64 from a private seeded generator and rounded to its dtype,
+and compares the device's result with the same operation in float64 on the CPU on the
+rounded inputs. The error is ``max |out - ref| / (max |ref| + tiny)``; the check passes
+when it is within the dtype's tolerance (`TOLERANCES`), and one record ``{"task":
+"golden", "golden": {"name", "dtype", "max_rel_error", "tolerance", "passed",
+"reference"}}`` goes to the data channel, which the report's ``golden`` validation layer
+reads. The test flag ``--golden-perturb EPS`` (hidden from ``--help``) scales the device
+output by ``1 + EPS`` first. Why this error measure and these tolerances:
+docs/reports.md "Golden checks".
 
 Only the standard library is imported here (benchkit's rule); torch inside functions.
 """
@@ -61,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-#: Largest ``max |out - ref| / max |ref|`` accepted per dtype name (reasons above).
+#: Largest ``max |out - ref| / max |ref|`` accepted per dtype (docs/reports.md "Golden checks").
 TOLERANCES = {"fp64": 1e-12, "fp32": 1e-5, "tf32": 5e-3, "fp16": 1e-2, "bf16": 5e-2}
 REFERENCE = "float64 on cpu"
 SEED = 1234

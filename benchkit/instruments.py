@@ -2,7 +2,7 @@
 
 ``voir`` runs the script through phases (init, parse_args, load_script, run_script,
 finalize) and lets instruments attach to the script's variables with ``ptera`` probes.
-The helpers here speak the same records as `benchkit.timing`, written through the same
+The helpers here speak the same records as `benchkit.records`, written through the same
 batched `DataWriter` on the descriptor voir uses (``DATA_FD``, default 3).
 
 A complete voirfile for a script whose ``main()`` builds ``loader`` and computes

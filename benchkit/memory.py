@@ -1,30 +1,15 @@
 """Will an entry fit? Its memory per GPU and per node, estimated from its model built on
 the meta device, and the start-of-run check that skips an entry that will not fit.
 
-Why estimate from the meta device: a model built there has every parameter's shape and
-dtype and no storage, and a training step run on meta tensors goes through every operator
-of the real step (autocast, activation checkpointing, the loss) at the configured batch,
-in seconds (a 70B model: about ten) and without memory. So the estimate is of the real
-model, not of a formula that drifts from it, and the same code answers at run time
-(before anything is materialised) and in the tests (every entry of
-``config/standard.yaml``, no GPU).
-
-Per GPU (`Footprint`): the weights the GPU holds (whole, or its shard under FSDP), the
-gradients of the trained ones, the optimiser state (AdamW: two tensors per trained
-weight, in its dtype; SGD with momentum: one), the activations (the peak of live tensors
-made by one forward + backward at the configured batch, gradients excluded, recomputed
-blocks of activation checkpointing included: measured by `measure_step`) or, when
-larger, the temporaries of the optimiser's step, which comes after the backward (torch's
-foreach AdamW: one copy of the trained weights), and ``other``:
-what the parallelism adds (DDP's gradient buckets, FSDP's gathered layers), frozen
-models (teachers, references, encoders), caches. `GPU_RESERVE` is added for the CUDA
-context, library workspaces and the allocator's fragmentation.
-
-Per node: every rank of the node holds, in host memory, the interpreter and libraries
-(`HOST_RUNTIME`) plus what it materialises on the host while it starts (a model built
-on the CPU before it moves to its GPU; nothing more than its shard for the 70B entries,
-which build on the meta device) or while it trains (shards kept in host memory by FSDP's
-CPU offload). DataLoader workers and page cache are not counted.
+The estimate runs one training step of the entry's real model on meta tensors at the
+configured batch (`measure_step`). Per GPU (`Footprint`): weights (whole, or the rank's
+shard under FSDP), gradients and optimiser state of what trains, activations (the peak of
+live tensors of one forward + backward, gradients excluded, recomputed blocks included)
+or, when larger, the temporaries of the optimiser's step, and ``other`` (what the
+parallelism adds, frozen models, caches), plus `GPU_RESERVE`. Per node: every rank's
+`HOST_RUNTIME` plus what it materialises in host memory while it starts or trains;
+DataLoader workers and page cache are not counted. What each part holds, and why the meta
+device: docs/benchmarks.md "Memory: does an entry fit?".
 
 Standard library at module level (benchkit's rule); torch only inside the functions.
 """
@@ -35,9 +20,11 @@ import contextlib
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from benchkit.accelerators import fake_gpus
 
 GIB = 2**30
 #: GPU memory no tensor accounts for: CUDA context, cuBLAS/cuDNN workspaces, allocator
@@ -595,16 +582,10 @@ def ranks() -> tuple[int, int]:
 # -- the check at the start of a run -----------------------------------------------------
 
 
-def fake_gpu_bytes(spec: str | None = None) -> int | None:
-    """Memory of one fake GPU of ``MILABENCH_FAKE_GPUS`` (``cuda:8:81920``: MiB), if set."""
-    spec = os.environ.get("MILABENCH_FAKE_GPUS") if spec is None else spec
-    if not spec:
-        return None
-    parts = spec.split(":")
-    try:
-        return int(parts[2]) * 2**20 if len(parts) > 2 else 81920 * 2**20
-    except ValueError:
-        return None
+def fake_gpu_bytes(environ: Mapping[str, str] | None = None) -> int | None:
+    """Memory of one fake GPU (`benchkit.accelerators.fake_gpus`), None without fakes."""
+    spec = fake_gpus(environ)
+    return spec.memory_mib * 2**20 if spec is not None else None
 
 
 def gpu_bytes(device: Any) -> int | None:

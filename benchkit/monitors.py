@@ -1,19 +1,15 @@
 """Background sampling of accelerators, host and process into ``gpudata``/``cpudata``/
-``process`` records (spec run-data.md section 3).
+``process`` records (docs/run-data.md section 3).
 
 A daemon thread samples every ``interval`` seconds and appends the records to the shared
 `DataWriter` (thread-safe); the benchmark's loop never waits for it. Back-ends are chosen
 by what the benchmark's environment has:
 
-* accelerators: NVML through ``pynvml`` when importable and a driver answers; the fake
-  back-end of the contract when ``MILABENCH_FAKE_GPUS=<arch>:<count>[:<MiB>]`` is set (the
-  only stand-in for GPUs that cannot exist on a CPU machine); otherwise none;
+* accelerators: `benchkit.accelerators.find_accelerators` (the fake GPUs of
+  ``MILABENCH_FAKE_GPUS``, NVML, the vendors' command-line tools), none on a machine
+  without any; device keys are the indexes as the process sees them;
 * host and process: ``psutil`` when importable, else ``/proc`` (Linux) with the standard
   library.
-
-Device keys are the indexes **as the process sees them**: with
-``CUDA_VISIBLE_DEVICES=2,3`` physical GPU 3 is reported as ``"1"``, which is what the
-benchmark's ``cuda:1`` means.
 """
 
 from __future__ import annotations
@@ -23,260 +19,8 @@ import threading
 import time
 from typing import Any
 
+from benchkit.accelerators import Accelerators, ForcedArch, NoAccelerators, find_accelerators
 from benchkit.channel import DataWriter
-
-_MIB = 1024 * 1024
-
-
-def visible_devices(total: int, environ: dict[str, str] | None = None) -> list[str]:
-    """Physical ids (indexes or UUIDs) of the devices this process sees, in its order."""
-    env = os.environ if environ is None else environ
-    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-        value = env.get(name)
-        if value is not None:
-            ids = [x.strip() for x in value.split(",") if x.strip()]
-            # The driver stops at the first invalid entry (e.g. "-1" hides everything).
-            out = []
-            for x in ids:
-                if x.isdigit() and int(x) >= total:
-                    break
-                if x.startswith("-"):
-                    break
-                out.append(x)
-            return out
-    return [str(i) for i in range(total)]
-
-
-# NVML's clock-event ("throttle") reasons, by the suffix of nvidia-ml-py's constant
-# (``nvmlClocksEventReason<Suffix>``, older releases ``nvmlClocksThrottleReason<Suffix>``)
-# -> the name written in ``gpudata`` records (docs/doctor.md). "Why is this GPU slower
-# than its peers": thermal and power slowdowns are the usual answers.
-CLOCK_EVENT_REASONS = {
-    "GpuIdle": "gpu_idle",
-    "ApplicationsClocksSetting": "applications_clocks_setting",
-    "SwPowerCap": "sw_power_cap",
-    "HwSlowdown": "hw_slowdown",
-    "SyncBoost": "sync_boost",
-    "SwThermalSlowdown": "sw_thermal_slowdown",
-    "HwThermalSlowdown": "hw_thermal_slowdown",
-    "HwPowerBrakeSlowdown": "hw_power_brake_slowdown",
-    "DisplayClockSetting": "display_clock_setting",
-}
-
-
-def clock_event_bits(nvml: Any) -> list[tuple[int, str]]:
-    """(bit, name) of every clock-event reason the installed pynvml defines."""
-    out = []
-    for suffix, name in CLOCK_EVENT_REASONS.items():
-        for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
-            bit = getattr(nvml, prefix + suffix, None)
-            if isinstance(bit, int) and bit:
-                out.append((bit, name))
-                break
-    return out
-
-
-class NVMLSampler:
-    """GPU samples through NVML (``pynvml``, from the nvidia-ml-py package).
-
-    Besides memory, load, temperature, power and energy, each device's sample carries
-    what explains a slow GPU: ``clock_events`` (the names of the current clock-event
-    reasons, `CLOCK_EVENT_REASONS`), ``clocks`` (``{"sm": MHz, "mem": MHz}``) and
-    ``xid`` (the XID error codes NVML reported since the previous sample, when the
-    driver lets this process register for them).
-    """
-
-    def __init__(self) -> None:
-        import pynvml  # raises ImportError when absent
-
-        pynvml.nvmlInit()  # raises when no driver answers
-        self.nvml = pynvml
-        count = pynvml.nvmlDeviceGetCount()
-        self.handles: dict[str, Any] = {}
-        for visible, physical in enumerate(visible_devices(count)):
-            if physical.isdigit():
-                handle = pynvml.nvmlDeviceGetHandleByIndex(int(physical))
-            else:
-                handle = pynvml.nvmlDeviceGetHandleByUUID(physical)
-            self.handles[str(visible)] = handle
-        self.reason_bits = clock_event_bits(pynvml)
-        self._reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-        )
-        self._events, self._uuids = self._register_xid()
-
-    def _register_xid(self) -> tuple[Any, dict[str, str]]:
-        """An NVML event set for XID errors of the visible devices (None where the
-        driver refuses: MIG slices, no permission, an old driver)."""
-        nvml = self.nvml
-        xid = getattr(nvml, "nvmlEventTypeXidCriticalError", None)
-        if xid is None:
-            return None, {}
-        try:
-            events = nvml.nvmlEventSetCreate()
-        except Exception:
-            return None, {}
-        uuids: dict[str, str] = {}
-        for key, handle in self.handles.items():
-            try:
-                nvml.nvmlDeviceRegisterEvents(handle, xid, events)
-                uuid = nvml.nvmlDeviceGetUUID(handle)
-                uuids[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = key
-            except Exception:
-                continue
-        if not uuids:
-            try:
-                nvml.nvmlEventSetFree(events)
-            except Exception:
-                pass
-            return None, {}
-        return events, uuids
-
-    def _pending_xids(self) -> dict[str, list[int]]:
-        """XID codes waiting in the event set, per device key (never blocks)."""
-        out: dict[str, list[int]] = {}
-        if self._events is None:
-            return out
-        nvml = self.nvml
-        for _ in range(64):  # a storm of events must not hold the sampler
-            try:
-                data = nvml.nvmlEventSetWait(self._events, 0)
-            except Exception:  # NVML_ERROR_TIMEOUT: nothing pending
-                break
-            try:
-                uuid = nvml.nvmlDeviceGetUUID(data.device)
-                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            except Exception:
-                uuid = ""
-            key = self._uuids.get(uuid, next(iter(self._uuids.values())))
-            out.setdefault(key, []).append(int(data.eventData))
-        return out
-
-    def sample(self) -> dict[str, dict[str, Any]]:
-        nvml = self.nvml
-        out: dict[str, dict[str, Any]] = {}
-        for key, handle in self.handles.items():
-            entry: dict[str, Any] = {}
-            try:
-                mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-                entry["memory"] = [mem.used / _MIB, mem.total / _MIB]
-            except nvml.NVMLError:
-                pass
-            try:
-                entry["load"] = nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
-            except nvml.NVMLError:
-                pass
-            try:
-                entry["temperature"] = nvml.nvmlDeviceGetTemperature(
-                    handle, nvml.NVML_TEMPERATURE_GPU
-                )
-            except nvml.NVMLError:
-                pass
-            try:
-                entry["power"] = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
-            except nvml.NVMLError:
-                pass
-            try:  # cumulative since the driver loaded (Volta and later), mJ -> J
-                entry["energy"] = nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0
-            except (nvml.NVMLError, AttributeError):
-                pass
-            if self._reasons is not None:
-                try:
-                    mask = int(self._reasons(handle))
-                    entry["clock_events"] = [n for bit, n in self.reason_bits if mask & bit]
-                except nvml.NVMLError:
-                    pass
-            clocks = {}
-            for name, const in (("sm", "NVML_CLOCK_SM"), ("mem", "NVML_CLOCK_MEM")):
-                try:
-                    clocks[name] = nvml.nvmlDeviceGetClockInfo(handle, getattr(nvml, const))
-                except (nvml.NVMLError, AttributeError):
-                    pass
-            if clocks:
-                entry["clocks"] = clocks
-            out[key] = entry
-        for key, codes in self._pending_xids().items():
-            if key in out:
-                out[key]["xid"] = codes
-        return out
-
-    def close(self) -> None:
-        if self._events is not None:
-            try:
-                self.nvml.nvmlEventSetFree(self._events)
-            except Exception:
-                pass
-            self._events = None
-        try:
-            self.nvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-class FakeGPUSampler:
-    """The contract's fake accelerators (``MILABENCH_FAKE_GPUS=<arch>:<count>[:<MiB>]``).
-
-    Values are plausible and vary over time so that dashboards and reports see motion;
-    they are clearly fake (no real device exists on a CPU-only machine). A fourth field
-    ``lost@N`` makes the N-th sample fail the way NVML does when a GPU falls off the bus
-    (``NVML_ERROR_GPU_IS_LOST``), so the monitor's failure path can be tested for real.
-    """
-
-    def __init__(self, spec: str) -> None:
-        parts = spec.split(":")
-        if len(parts) < 2 or not parts[1].isdigit():
-            raise ValueError(
-                f"MILABENCH_FAKE_GPUS must be <arch>:<count>[:<MiB>[:lost@N]], not {spec!r}"
-            )
-        self.arch = parts[0]
-        count = int(parts[1])
-        self.total = float(parts[2]) if len(parts) > 2 and parts[2] else 81920.0
-        lost = parts[3] if len(parts) > 3 else ""
-        self.lost_at = int(lost[5:]) if lost.startswith("lost@") and lost[5:].isdigit() else 0
-        self.samples = 0
-        self.keys = [str(i) for i, _ in enumerate(visible_devices(count))]
-        self._t0 = time.monotonic()
-        # A cumulative energy counter like NVML's (joules), integrating the fake power.
-        self._energy = 1000.0
-        self._last: tuple[float, float] | None = None  # (time, power) of the last sample
-
-    def sample(self) -> dict[str, dict[str, Any]]:
-        self.samples += 1
-        if self.lost_at and self.samples >= self.lost_at:
-            raise RuntimeError(f"GPU is lost (fake device, lost@{self.lost_at})")
-        now = time.monotonic()
-        phase = (now - self._t0) % 10.0 / 10.0
-        power = round(100.0 + 200.0 * phase, 1)
-        if self._last is not None:
-            self._energy += self._last[1] * (now - self._last[0])
-        self._last = (now, power)
-        return {
-            key: {
-                "memory": [round(self.total * (0.3 + 0.4 * phase), 1), self.total],
-                "load": round(0.5 + 0.45 * phase, 3),
-                "temperature": 40 + int(30 * phase),
-                "power": power,
-                "energy": round(self._energy, 3),
-            }
-            for key in self.keys
-        }
-
-    def close(self) -> None:
-        pass
-
-
-def gpu_sampler() -> Any:
-    """The accelerator back-end available here (fake, NVML, rocm-smi, xpu-smi), or None."""
-    fake = os.environ.get("MILABENCH_FAKE_GPUS")
-    if fake:
-        return FakeGPUSampler(fake)
-    try:
-        return NVMLSampler()
-    except Exception:  # no pynvml, no driver, no device
-        pass
-    from benchkit.smi import smi_sampler
-
-    return smi_sampler()
 
 
 class PsutilSampler:
@@ -361,6 +105,13 @@ class ProcSampler:
         return {"pid": self.pid, "load": round(load, 2), "memory": [rss, self._meminfo()[1]]}
 
 
+def gpu_backend() -> Accelerators | None:
+    """The accelerators this process can sample, or None on a machine without any."""
+    found = find_accelerators()
+    inner = found.inner if isinstance(found, ForcedArch) else found
+    return None if isinstance(inner, NoAccelerators) else found
+
+
 def host_sampler() -> PsutilSampler | ProcSampler | None:
     try:
         return PsutilSampler()
@@ -392,7 +143,7 @@ class Monitor:
         self.writer = writer
         self.interval = max(0.01, float(interval))
         self.task = task
-        self._gpu = gpu_sampler() if gpu else None
+        self._gpu = gpu_backend() if gpu else None
         self._host = host_sampler() if host else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -1,10 +1,12 @@
-"""AMD and Intel accelerators seen through their command-line monitors.
+"""The outputs of the vendors' command-line monitors, parsed by pure functions.
 
-Why command lines: NVIDIA has a Python binding (NVML, `benchkit.monitors.NVMLSampler`);
-AMD's and Intel's equivalents are libraries that a benchmark environment does not have,
-while ``rocm-smi`` and ``xpu-smi`` come with every driver install. Their outputs are parsed
-by pure functions (`parse_rocm`, `parse_xpu_dump`), tested against recorded outputs, and
-turned into the same ``gpudata`` records as NVML's::
+Why command lines: NVIDIA has a Python binding (NVML, `benchkit.accelerators`) that a
+node's Python may lack; AMD's and Intel's equivalents are libraries that a benchmark
+environment does not have, while ``nvidia-smi``, ``rocm-smi``, ``xpu-smi`` and ``hl-smi``
+come with every driver install. The parsers here (`parse_rocm`, `parse_xpu_dump`,
+`parse_query`, ...) are tested against recorded outputs; the back-ends of
+`benchkit.accelerators` run the tools and turn the results into the same ``gpudata``
+records as NVML's::
 
     {"0": {"memory": [used_MiB, total_MiB], "load": 0..1, "temperature": C,
            "power": W, "energy": J (cumulative counter)}}
@@ -22,9 +24,8 @@ import csv
 import io
 import json
 import math
-import os
-import shutil
 import subprocess
+from collections.abc import Sequence
 from typing import Any
 
 _MIB = 1024 * 1024
@@ -164,6 +165,28 @@ def parse_xpu_discovery(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def parse_rocm_driver(text: str) -> str | None:
+    """``rocm-smi --showdriverversion --json`` -> the driver version (None if absent)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    system = data.get("system") if isinstance(data, dict) else None
+    value = system.get("Driver version") if isinstance(system, dict) else None
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def parse_query(text: str, fields: Sequence[str]) -> list[dict[str, str]]:
+    """``nvidia-smi``/``hl-smi --query-gpu=<fields> --format=csv,noheader,nounits`` ->
+    one ``{field: text}`` per device row; rows of the wrong width are left out."""
+    out = []
+    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
+        cells = [c.strip() for c in row]
+        if len(cells) == len(fields):
+            out.append(dict(zip(fields, cells, strict=True)))
+    return out
+
+
 def run_tool(argv: list[str], timeout: float = 20.0) -> str:
     """The tool's standard output, or "" when it is missing, fails or hangs."""
     try:
@@ -171,74 +194,3 @@ def run_tool(argv: list[str], timeout: float = 20.0) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return done.stdout if done.returncode == 0 else ""
-
-
-class ROCmSampler:
-    """AMD GPUs through ``rocm-smi`` (keys: the indexes as this process sees them)."""
-
-    def __init__(self, tool: str | None = None) -> None:
-        self.tool = tool or shutil.which("rocm-smi")
-        if not self.tool:
-            raise RuntimeError("rocm-smi not found")
-        from benchkit.monitors import visible_devices
-
-        cards = parse_rocm(run_tool([self.tool, *ROCM_ARGS]))
-        if not cards:
-            raise RuntimeError("rocm-smi reported no device")
-        self.keys = {physical: str(i) for i, physical in enumerate(visible_devices(len(cards)))}
-
-    def sample(self) -> dict[str, dict[str, Any]]:
-        cards = parse_rocm(run_tool([self.tool, *ROCM_ARGS]))
-        out = {}
-        for physical, sample in cards.items():
-            if physical in self.keys:
-                sample.pop("product", None)
-                out[self.keys[physical]] = sample
-        return out
-
-    def close(self) -> None:
-        pass
-
-
-class XPUSampler:
-    """Intel GPUs through ``xpu-smi`` (discovery once, one ``dump`` sample per call)."""
-
-    def __init__(self, tool: str | None = None) -> None:
-        self.tool = tool or shutil.which("xpu-smi")
-        if not self.tool:
-            raise RuntimeError("xpu-smi not found")
-        self.devices = parse_xpu_discovery(run_tool([self.tool, "discovery", "--json"]))
-        if not self.devices:
-            raise RuntimeError("xpu-smi reported no device")
-
-    def sample(self) -> dict[str, dict[str, Any]]:
-        # One documented call per device (``-d <id>``): some releases take one id only.
-        found: dict[str, dict[str, Any]] = {}
-        for device in sorted(self.devices, key=lambda k: int(k) if k.isdigit() else 0):
-            argv = [self.tool, "dump", "-d", device, "-m", XPU_METRICS, "-n", "1"]
-            found.update(parse_xpu_dump(run_tool(argv)))
-        out = {}
-        for key, sample in found.items():
-            used = sample.pop("memory_used", None)
-            total = (self.devices.get(key) or {}).get("total_mib")
-            if used is not None and total:
-                sample["memory"] = [used, total]
-            out[key] = sample
-        return out
-
-    def close(self) -> None:
-        pass
-
-
-def smi_sampler() -> ROCmSampler | XPUSampler | None:
-    """The command-line monitor available here (rocm-smi, then xpu-smi), or None.
-
-    ``MILABENCH_SMI=0`` turns them off (a tool that hangs on a broken driver)."""
-    if os.environ.get("MILABENCH_SMI") == "0":
-        return None
-    for cls in (ROCmSampler, XPUSampler):
-        try:
-            return cls()
-        except Exception:  # noqa: BLE001 - absent tool, no device, unreadable output
-            continue
-    return None

@@ -1,9 +1,14 @@
-"""Step mode: time a script by its own events when it has no loader to wrap.
+"""Step mode of a voirfile: ``benchkit_instrument(step=...)`` made into a running timer.
 
-A step is each firing of a ptera probe, each call of a function (entry to return, or
-return to return for a library function), or each start of a source line; its items and
-loss come from the step's values (captured variables, call arguments, frame locals) or
-other probes. `measure_steps` wires one of them to a `benchkit.steps.StepTimer`.
+`measure_steps` turns a step selector and its options into a `benchkit.steps.StepTimer`
+registered on the voir `benchkit.session.Session`: it picks the source of the steps (a
+ptera probe firing, a wrapped call, a traced line; `step_kind`), and reads each step's
+items (``batch_size``: a number, a variable of the step, another probe's last value, or
+a function of the values) and loss from the step's own values (captured variables, call
+arguments and return value, frame locals) or from another probe. Every callback goes
+through the session's guard (timed as overhead; one that raises becomes an ``error``
+event naming its selector) and every selector's firings are counted, so one that never
+fires is reported. The step mechanics themselves are `benchkit.steps`'s.
 """
 
 from collections import ChainMap

@@ -1,23 +1,24 @@
-"""Steps told by the script's own events, for loops that have no loader to wrap.
+"""Push-driven steps: a timer told where steps end, and the hooks that tell it.
 
-`benchkit.timing.TimedIterator` times a loop by standing in for its data loader. Many
-scripts have none: they slice batches out of a tensor over an index range, or call a
-``train()`` function once per epoch from top-level code. `StepTimer` is the same
-measurement (same window, same records, same device-event handling, same distributed
-meetings) driven from outside: a probe says "a step boundary happened" or "a step
-began / ended", and the timer does the rest.
+`StepTimer` is a `benchkit.timing.TimedIterator` without a loader: the same measurement
+(window, records, device events, distributed meetings) driven by calls instead of
+iteration, `boundary` (a step ended, the next began) or `enter`/`exit` (a step runs
+between the two). The hooks that make those calls from a running script are here too,
+standard library only and independent of voir:
 
-Three ways to produce those events (all used by `benchkit.instruments`):
+* `wrap_calls`: a function of the script, or an importable ``pkg.mod.Class.method``
+  (found by `resolve_callable`), replaced by a wrapper that reports each call's entry
+  and return with its arguments, and can be undone;
+* `LineTracer`: each start of a source line (``script.py:42``, read by `parse_line`),
+  the only way into module-level code. Its ``sys.settrace`` hook turns line events on
+  only in frames whose code holds that line and returns None for every other code
+  object, so elsewhere only a function-entry check is paid; those entries are counted
+  and their cost is reported as overhead (`benchkit.overhead`);
+* `step_kind` (is a step selector a probe, a call or a line) and `size_of` (the items
+  of a value).
 
-* a ptera probe on a variable (``//train > loss``): each assignment is a boundary;
-* a call of a function (`wrap_calls`): each call is one step, from entry to return, or
-  each return ends a step (a function called once per iteration, such as an optimizer's);
-* a source line (`LineTracer`): each time the line starts is a boundary.
-
-A line is the only way into module-level code (ptera probes functions only). It uses a
-``sys.settrace`` hook that turns line events on only in frames whose code holds that line
-and returns None for every other code object, so elsewhere only a function-entry check is
-paid; those entries are counted and their cost is reported as overhead.
+Wiring a voirfile's step selector to these pieces (ptera probes included) is
+`benchkit.stepmode`'s job.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-from benchkit.timing import CHECK_PERIOD, TimedIterator
+from benchkit.timing import TimedIterator
 
 _INF = float("inf")
 
@@ -62,17 +63,18 @@ class StepTimer(TimedIterator):
 
     def _stamp(self) -> tuple[Any, float]:
         now = time.perf_counter()
-        if self._clock is None:
+        clock = self.meter.clock
+        if not clock.on_device:
             return now, now
-        return self._clock.record(), now
+        return clock.record(), now
 
     def _arm(self, now: float) -> None:
-        self._next_check = _INF if self._collective else now + CHECK_PERIOD
-        self._trigger_at = self._trigger()
+        self._next_check = self.meter.next_check(now)
+        self._trigger_at = self.meter.trigger()
 
     def _started(self, now: float) -> None:
         self._start_monitor()
-        self._begin(now)
+        self.meter.begin(now)
         self._arm(now)
 
     def boundary(self, size: Any) -> None:
@@ -105,13 +107,15 @@ class StepTimer(TimedIterator):
         self._mark = None
 
     def _push(self, mark: Any, now: float, size: Any) -> None:
-        self._starts.append(self._mark)
-        self._ends.append(mark)
-        self._sizes.append(size)
-        self.count += 1
-        if now >= self._next_check or self.count >= self._trigger_at:
-            self._check(now)  # may end the window: on_stop runs (voir: StopProgram)
-            if self.done:
+        meter = self.meter
+        pending = meter.pending
+        pending.starts.append(self._mark)
+        pending.ends.append(mark)
+        pending.sizes.append(size)
+        meter.count += 1
+        if now >= self._next_check or meter.count >= self._trigger_at:
+            meter.check(now)  # may end the window: on_stop runs (voir: StopProgram)
+            if meter.done:
                 return
             self._arm(time.perf_counter())
             self._mark = self._stamp()[0]  # bookkeeping time is not the script's
@@ -121,7 +125,7 @@ class StepTimer(TimedIterator):
     def close(self) -> None:
         self._mark = None
         if self.window.started is None:  # no step ever began: no window to summarise
-            self.done = True
+            self.meter.done = True
             self._stop_monitor()
             return
         super().close()

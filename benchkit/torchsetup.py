@@ -1,9 +1,9 @@
 """The start of every torch benchmark: common options, device, seed, threads, precision.
 
-Why one module: each ``benchmarks/<name>/main.py`` used to repeat the same options
-(``--device --threads --precision --seed``) and the same first lines of ``main()``, and
-copies drift (one forgot ``cudnn.allow_tf32``, another spelled the device default
-differently). Scripts keep their own options and models; only this common part lives here.
+One module, so that the options every ``benchmarks/<name>/main.py`` shares (``--device
+--threads --precision --seed``) and the first lines of its ``main()`` are written once:
+copies drift (a forgotten ``cudnn.allow_tf32``, a device default spelled differently).
+Scripts keep their own options and models; only this common part lives here.
 
 Only the standard library is imported at module level (benchkit's rule): torch is
 imported inside the functions, so ``main.py --help`` stays cheap and this file imports

@@ -1,32 +1,13 @@
 """The measurement window: when warm-up ends, when measurement ends, how precise a rate is.
 
-Why time, not step counts: a budget of N steps tuned on one machine is 10 s on it, 40 min
-on a machine without native bf16 (which then hits its timeout and loses everything) and
-too short to measure on a fast one. So the window is defined in seconds (docs/
-measurement.md has the reasoning and the defaults):
-
-1. **warm-up** lasts at least ``warmup_min`` seconds *and* until the step time has
-   settled (the median of the last ``k`` steps is within ``settle`` of the median of the
-   ``k`` before; ``k`` covers about a quarter of a second, 3 steps at least), and never
-   more than ``warmup_max`` seconds. ``skip`` (a step count, from upstream's
-   ``voir.options``) is a lower bound on the warm-up steps;
-2. **measurement** lasts at least ``min`` seconds and at most ``max`` seconds; in between
-   it ends as soon as the 95% confidence interval of the mean rate is narrower than
-   ``precision`` (relative half-width) with at least ``min_observations`` observations.
-   ``stop`` (a step count) is an optional extra upper bound;
-3. **target unreachable** (``stop_unreachable``, on by default): once ``min`` has passed,
-   the window also ends, with reason ``unreachable``, when its interval has stopped
-   shrinking as averaging noise would make it shrink *and* even the best shrinkage seen so
-   far could not bring it within ``precision`` by ``max`` (`Window.unreachable`). Measuring
-   on to ``max`` would then only spend time: the noise is not averaging out (a host that
-   slows down for seconds at a time), and the report says so with the cause it saw.
-
-The interval uses **batch means**: successive step rates are correlated (a slow period of
-the host, a thermal throttle, a garbage collection lasting several steps), and treating
-them as independent makes an interval look several times tighter than it is. The series
-is cut into 10 to 20 consecutive batches whose means are close to independent, and a
-Student t interval is computed over the batch means. The batches are kept as running sums
-(`BatchMeans`), so memory stays constant however many steps a window holds.
+The window is defined in seconds, never in steps: warm-up lasts at least ``warmup_min``
+and until the step time has settled, at most ``warmup_max``; measurement lasts ``min`` to
+``max`` seconds and ends as soon as the 95% interval of the mean rate is within
+``precision`` with ``min_observations`` observations, or, after ``min``, when that target
+is out of reach (`Window.unreachable`). ``stop`` and ``skip`` (step counts of upstream's
+``voir.options``) are optional extra bounds. The interval uses batch means over 10 to 20
+consecutive batches kept as running sums (`BatchMeans`: constant memory). The rules,
+their defaults and the reasoning: docs/measurement.md sections 1-2.
 
 Standard library only (copied into every benchmark environment); `milabench.report`
 uses the same functions, so the interval in a report is the one the benchmark stopped on.
@@ -240,7 +221,7 @@ UNREACHABLE_MARGIN = 1.5
 class Window:
     """The state machine of one measurement window.
 
-    The caller (`benchkit.timing.TimedIterator`) times steps and, a few times a second,
+    The caller (`benchkit.meter.Meter`) times steps and, a few times a second,
     hands over the steps completed since the last call: `add_warmup` for steps issued
     during warm-up, `add_measured` for the others; then `update` decides whether warm-up
     or measurement is over. ``done`` becomes true with ``reason`` saying why

@@ -1,7 +1,7 @@
 """The event model and its JSON-lines codec: the spine between execution, sinks and reports.
 
 Every line of a `.data` file is ``{"event": name, "data": payload, "pipe": ...}``
-(spec run-data.md section 2). Events are plain dicts, not objects: the runner produces
+(docs/run-data.md section 2). Events are plain dicts, not objects: the runner produces
 hundreds of thousands of them and the codec must stay cheap.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 DATA_FORMAT_VERSION = 2
 FORMAT_KEY = "format_version"
 
-# The `end` event's ``return_code`` when the process did not exit by itself (spec
-# run-data.md): the words of the run-data format, defined once; `report.outcome` maps
+# The `end` event's ``return_code`` when the process did not exit by itself
+# (docs/run-data.md section 2): the words of the run-data format, defined once; `report.outcome` maps
 # them (with the other facts of a run file) to a status, a verdict and an exit code.
 RC_TIMEOUT = "TIMEOUT"  # stopped after its time limit
 RC_INTERRUPTED = "INTERRUPTED"  # stopped by Ctrl-C / SIGTERM of the run
@@ -197,7 +197,7 @@ def check_format_version(ev: dict, path: str | Path) -> None:
     """Refuse an event line written in a newer `.data` format than this reader knows.
 
     The version is the ``format_version`` key of the `config` line (extra keys are allowed
-    on every line: run-data.md section 2); files without one are version 1.
+    on every line: docs/run-data.md section 2); files without one are version 1.
     """
     check_version(ev.get(FORMAT_KEY, 1), DATA_FORMAT_VERSION, path, "format version")
 

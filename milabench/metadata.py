@@ -1,22 +1,22 @@
 """The machine metadata record (`meta` event, `milabench machine`).
 
-Computed once per process and cached: the machine part (CPU, OS, accelerators, tool
-version and git commit) does not change during a run. The framework part (torch version
-and build settings) is read from *inside* each benchmark environment with a tiny probe
-that does not even start the interpreter: ``torch/version.py`` (version, CUDA/HIP
-versions, git revision) is read as data from the environment's site-packages, once per
-interpreter, with the build the environment was installed as: the install variant from its
-marker (``cuda``, ``cuda12``, ``cpu``) and the CUDA runtime from its ``dist-info`` folders.
-On NVIDIA the record also names the CUDA build chosen for the node's driver
-(``cuda_build``, `milabench.monitor.cudabuild`), so that runs of different builds are
-told apart in reports.
+Computed once per process and cached: the machine part (`milabench.monitor.machine`:
+CPU, memory, OS, Python, accelerators; with the tool's version and git commit) does not
+change during a run. The framework part (torch version and build settings) is read from
+*inside* each benchmark environment with a tiny probe that does not even start the
+interpreter: ``torch/version.py`` (version, CUDA/HIP versions, git revision) is read as
+data from the environment's site-packages, once per interpreter, with the build the
+environment was installed as: the install variant from its marker (``cuda``, ``cuda12``,
+``cpu``) and the CUDA runtime from its ``dist-info`` folders. On NVIDIA the record also
+names the CUDA build chosen for the node's driver (``cuda_build``,
+`milabench.monitor.cudabuild`), so that runs of different builds are told apart in
+reports.
 """
 
 from __future__ import annotations
 
 import ast
 import datetime
-import os
 import platform
 import sys
 from functools import cache
@@ -25,69 +25,16 @@ from typing import Any
 
 from milabench import __version__
 from milabench.events import redact
+from milabench.monitor.machine import git_head, machine_facts
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def cpu_brand() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def git_commit(root: Path = REPO_ROOT) -> str | None:
-    """HEAD of the tool's repository, read from ``.git`` without starting git."""
-    git = root / ".git"
-    try:
-        head = (git / "HEAD").read_text().strip()
-        if not head.startswith("ref:"):
-            return head
-        ref = head.split(None, 1)[1]
-        path = git / ref
-        if path.exists():
-            return path.read_text().strip()
-        packed = git / "packed-refs"
-        if packed.exists():
-            for line in packed.read_text().splitlines():
-                if line.endswith(" " + ref):
-                    return line.split()[0]
-    except OSError:
-        return None
-    return None
-
-
-def accelerators_info() -> dict[str, Any]:
-    from milabench.monitor.accelerators import detect
-
-    try:
-        acc = detect()
-        gpus = {str(d.get("index", i)): d for i, d in enumerate(acc.devices())}
-        return {"arch": acc.arch, "gpus": gpus, "system": acc.system_info()}
-    except Exception as err:  # metadata must never stop a run
-        return {"arch": "unknown", "gpus": {}, "system": {}, "error": repr(err)}
-
-
 @cache
 def _machine() -> dict[str, Any]:
-    uname = os.uname()
-    return {
-        "cpu": {"count": os.cpu_count(), "brand": cpu_brand()},
-        "os": {
-            "sysname": uname.sysname,
-            "nodename": uname.nodename,
-            "release": uname.release,
-            "version": uname.version,
-            "machine": uname.machine,
-        },
-        "accelerators": accelerators_info(),
-        "milabench": {"version": __version__, "commit": git_commit()},
-        "python": platform.python_version(),
-    }
+    record = machine_facts()
+    record["milabench"] = {"version": __version__, "commit": git_head(REPO_ROOT)}
+    return record
 
 
 def machine_metadata(system: dict | None = None) -> dict[str, Any]:

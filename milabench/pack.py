@@ -20,7 +20,7 @@ from typing import Any
 from milabench.config.argv import argv_list
 from milabench.config.entry import Dirs, Entry, as_entry
 from milabench.errors import ConfigError
-from milabench.plan.nodes import PlanNode, Script, Voir, entry_working_dir
+from milabench.plan.tree import PlanNode, Script, Voir, entry_working_dir
 
 # requirement name (lower case) -> module to import when it differs from the name
 IMPORT_NAMES: dict[str, str] = {
@@ -270,7 +270,7 @@ class BenchmarkPackage:
             return None
         return self.script_node(script)
 
-    # phases.md names for the same hooks
+    # upstream milabench's names for the same hooks (docs/phases.md section 3)
     def run(self) -> PlanNode:
         return self.build_run_plan()
 

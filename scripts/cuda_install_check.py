@@ -220,7 +220,9 @@ def markdown(results: list[DriverOutcome]) -> str:
     for res in results:
         chosen = res.chosen or res.choice or "?"
         for g in res.groups:
-            imports = ", ".join(sorted(m for m in g.imports if m not in ("benchkit",)))
+            imports = ", ".join(
+                sorted(m for m in g.imports if m not in ("benchkit", "benchshared"))
+            )
             status = g.status + (f": {g.message}" if g.message else "")
             rows.append(
                 f"| {res.driver} | {chosen} | {g.group} | {status} | {g.seconds} | "

@@ -16,7 +16,7 @@ import argparse
 import random
 import statistics
 
-from milabench.report.fleet import check_slow, median_abs_deviation, spread_without
+from milabench.fleet.report import check_slow, median_abs_deviation, spread_without
 
 
 def flagged(rates: list[float], *, others: bool) -> list[bool]:

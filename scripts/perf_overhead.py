@@ -13,7 +13,7 @@
     into the runner's ``.data`` file: lines/s, and every line checked present.
 (d) per-step cost of `TimedIterator` vs a bare loop (us/step), and of `DataWriter.write`.
 
-Targets (issue 4): (a) <= 1 %, (b) < 0.5 s extra, (c) >= 100k lines/s, (d) <= 5 us/step.
+Targets (docs/performance.md): (a) <= 1 %, (b) < 0.5 s extra, (c) >= 100k lines/s, (d) <= 5 us/step.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ they ended.
 
 The replay feeds the recorded rates to the same `benchkit.window.Window` in the order and
 at the times they were recorded (decisions every 0.25 s of measured time, as
-`benchkit.timing` makes them), from the start of the measured window (the ``warmup``
+`benchkit.meter` makes them), from the start of the measured window (the ``warmup``
 record's time).
 
 Usage::
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from benchkit.window import Window, WindowSettings  # noqa: E402
 from milabench.report.runs import read_run_dir  # noqa: E402
 
-STEP = 0.25  # seconds between two window decisions (benchkit.timing's conversion interval)
+STEP = 0.25  # seconds between two window decisions (benchkit.meter.CHECK_PERIOD)
 
 
 @dataclass

@@ -31,24 +31,18 @@ import pytest
 
 # Test files whose every test measures or bounds time on the real machine.
 QUIET_FILES = frozenset(
-    {
+    {  # files with a few such tests mark those tests instead (@pytest.mark.quiet)
         "tests/benchkit/test_device_events.py",  # live rates within a 1.5 s window
         "tests/benchkit/test_distributed.py",  # a window of 1.5 s across two ranks
         "tests/benchkit/test_thirdparty_suite.py",  # three rates within a 1.5 s window
         "tests/ci/test_workflow.py",  # a planted regression found on real runs
-        "tests/config/test_suite_loading.py",  # load time bound
-        "tests/dashboard/test_dashboard.py",  # per-frame cost bound
         "tests/doctor/test_interference_run.py",  # the hog must be the only neighbour
-        "tests/doctor/test_procfs.py",  # this machine's busiest process
-        "tests/execute/test_cli_run.py",  # grace periods timed
         "tests/execute/test_runner.py",
         "tests/execute/test_stress.py",
-        "tests/fleet/test_fleet_nodes.py",  # node rates compared, a throttled node found
         "tests/history/test_history_cli.py",  # change points on real paced runs
         "tests/report/test_real_runs.py",  # A/B of real runs
         "tests/scripts/test_emulated_hosts.py",
         "tests/scripts/test_perf_thirdparty.py",
-        "tests/test_cli.py",  # `--help` start-up time
     }
 )
 
@@ -112,11 +106,13 @@ def _order(rel: str, quiet: bool) -> int:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tests of `QUIET_FILES`, then order the session: `FIRST_FILES`, the ordinary
-    tests, the quiet ones last (a quiet test waits for the other worker's test to end:
-    at the end of the session there is little left to wait for). The order within each
-    part is kept, and xdist hands files to the workers in this order."""
+    files, the files holding a quiet test last. A quiet test waits for the other worker's
+    test to end, so it must not start while a long first file still runs; and under
+    ``--dist loadfile`` a file is handed out whole, where its first test stands. The order
+    within each part is kept, and xdist hands files to the workers in this order."""
     root = Path(str(config.rootpath))
-    keys = {}
+    rel_of: dict[str, str] = {}
+    quiet_files: set[str] = set()
     for item in items:
         try:
             rel = Path(str(item.path)).resolve().relative_to(root).as_posix()
@@ -124,8 +120,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             rel = ""
         if rel in QUIET_FILES:
             item.add_marker(QUIET)
-        keys[item.nodeid] = _order(rel, item.get_closest_marker(QUIET) is not None)
-    items.sort(key=lambda item: keys[item.nodeid])
+        if item.get_closest_marker(QUIET) is not None:
+            quiet_files.add(rel)
+        rel_of[item.nodeid] = rel
+    items.sort(key=lambda item: _order(rel_of[item.nodeid], rel_of[item.nodeid] in quiet_files))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

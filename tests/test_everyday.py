@@ -1,4 +1,4 @@
-"""Everyday use (issue 15, item 5), through the real command line on real run folders.
+"""Everyday use, through the real command line on real run folders.
 
 `report`/`compare` without run arguments (latest runs under the base), a folder of runs
 given to `--runs`, `report.json`/`report.md` written by `milabench run`, `milabench list`,
@@ -285,9 +285,10 @@ def test_bash_completion(bash_script: Path, tmp_path: Path):
     assert complete_bash(bash_script, "milabench", "run", "--con") == ["--config"]
     assert complete_bash(bash_script, "milabench", "--debug", "li") == ["list"]
     assert complete_bash(bash_script, "milabench", "compare", "--format", "h") == ["html"]
-    assert set(complete_bash(bash_script, "milabench", "store", "")) == {
-        "import", "history", "runs"
-    }  # fmt: skip
+    assert set(complete_bash(bash_script, "milabench", "store", "")) == {"import", "runs"}
+    assert complete_bash(bash_script, "milabench", "history", "--method", "") == [
+        "changepoints", "outliers"
+    ]  # fmt: skip
     assert complete_bash(bash_script, "milabench", "store", "import", "--u") == ["--url"]
     assert complete_bash(bash_script, "milabench", "completion", "z") == ["zsh"]
     # option values: folders for --base, after an option that takes a value

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from model import ResNet
 
-from benchkit.datasets import data_dir
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, optimizer_step, setup
+from benchshared.datasets import data_dir
 
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 

@@ -6,7 +6,7 @@ matter here. A finished folder (its ``done`` marker) is detected and kept.
 
 from __future__ import annotations
 
-from benchkit.datasets import prepare_image_folder
+from benchshared.datasets import prepare_image_folder
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,7 +4,7 @@ multi-crop, DINO and iBOT heads with Sinkhorn-Knopp centring, KoLeo, FSDP in fp1
 
 The standard suite's dinov2-giant-single / -gpus / -nodes entries. facebookresearch's
 dinov2 repository is not on the package registries; this is its training step
-(``dinov2/train/ssl_meta_arch.py``, ``train.py``) on `benchkit.vit`:
+(``dinov2/train/ssl_meta_arch.py``, ``train.py``) on `benchshared.vit`:
 
 * student: ViT-g/14 (embed 1536, 40 blocks in 4 chunks, 24 heads, SwiGLU 4096), layer
   scale 1e-5, stochastic depth 0.4 on every block done DINOv2's way (each residual
@@ -46,7 +46,6 @@ import torch.nn.functional as F
 from multicrop import Collate, MultiCropFolder, SyntheticCrops, upperbound
 from torch import nn
 
-from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
@@ -57,8 +56,9 @@ from benchkit.torchsetup import (
     setup,
     teardown_distributed,
 )
-from benchkit.vision import epochs
-from benchkit.vit import ARCHES, build_vit, ema_update, kept_samples
+from benchshared.datasets import data_dir
+from benchshared.vision import epochs
+from benchshared.vit import ARCHES, build_vit, ema_update, kept_samples
 
 #: ``--precision`` -> the dtype of FSDP's parameters and reductions (None: fp32).
 PARAM_DTYPES = {"fp16": torch.float16, "tf32-fp16": torch.float16, "bf16": torch.bfloat16}
@@ -151,7 +151,7 @@ def analytic_flops(args: argparse.Namespace) -> float:
     head over the ``upperbound`` buffer, 3x. Teacher: blocks and patch embedding over
     the global crops, DINO head over their CLS tokens, iBOT head over the buffer, forward
     only. KoLeo: one ``B x B`` product of CLS tokens per global crop (no backward)."""
-    from benchkit.vit import patch_flops, vit_flops
+    from benchshared.vit import patch_flops, vit_flops
 
     b, dim, hh = args.batch_size, ARCHES[args.arch][0], args.head_hidden
 

@@ -4,7 +4,7 @@ to fp16 and draws the iBOT block masks.
 
 What DINOv2 does (``dinov2/data/augmentations.py``, ``transforms.py``, ``collate.py``,
 ``masking.py``), here with Pillow and torch (torchvision cannot be imported next to every
-torch build: `benchkit.vision`):
+torch build: `benchshared.vision`):
 
 * 2 global crops: random resized crop to 224 px of 32-100% of the image (ratio 3/4-4/3,
   bicubic), flip; colour jitter (brightness 0.4, contrast 0.4, saturation 0.2, hue 0.1,
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchkit.vision import MEAN, STD, JpegFolder
+from benchshared.vision import MEAN, STD, JpegFolder
 
 
 def resized_crop_box(

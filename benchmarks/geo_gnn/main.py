@@ -39,11 +39,11 @@ from geometry import use_plain_torch_graph_ops
 from molecules import MoleculeDB, dataset_name
 from prepare import STATS
 
-from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import Setup, add_common_arguments, optimizer_step, setup
+from benchshared.datasets import data_dir
 
 MODELS = ("PNA", "DimeNet")
 # Per model: (hidden width, layers or blocks) of upstream's configuration.

@@ -29,7 +29,7 @@ from molecules import (
     write_db,
 )
 
-from benchkit.datasets import data_dir, prepared
+from benchshared.datasets import data_dir, prepared
 
 FOLDER = "geo_gnn"
 STATS = "stats.json"

@@ -1,14 +1,14 @@
 """Memory of a lightning entry per GPU and per node (`benchkit.memory`): the classifier
 built on the meta device, one forward + backward of the configured batch measured there,
 SGD with momentum (one state per weight), DDP's gradient buckets under torchrun
-(`benchkit.vision.classifier_footprint`). The model is built on the host, then moved."""
+(`benchshared.vision.classifier_footprint`). The model is built on the host, then moved."""
 
 from __future__ import annotations
 
 import argparse
 
 from benchkit.memory import Footprint
-from benchkit.vision import classifier_footprint
+from benchshared.vision import classifier_footprint
 
 
 def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Footprint:

@@ -4,7 +4,7 @@ Lightning gets from the machine, framework overhead included.
 The standard suite's ``lightning`` (one process per GPU) and ``lightning-gpus`` (DDP over
 the GPUs of the node) entries: torchvision's resnet152 (upstream's backbone) with random
 weights, on the JPEG folder of ``prepare.py``, batch 256 per device. The loader, the
-synthetic batches and the model factory are `benchkit.vision`'s (shared with the
+synthetic batches and the model factory are `benchshared.vision`'s (shared with the
 torchvision benchmark), so ``--model-source plain`` runs the same Trainer loop where
 torchvision cannot be imported. Upstream milabench's step (docs/parity.md): Adam at lr
 1e-3 (``--optimizer adam``, the default), ``bf16-mixed`` with TF32 on (``--precision
@@ -31,7 +31,7 @@ from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import PRECISIONS, add_common_arguments, requested_device, setup
-from benchkit.vision import SOURCES, build_model, image_batches, normalise, synthetic_batches
+from benchshared.vision import SOURCES, build_model, image_batches, normalise, synthetic_batches
 
 LIGHTNING_PRECISION = {
     "fp32": "32-true",

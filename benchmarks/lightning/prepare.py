@@ -5,7 +5,7 @@ Gets the same argv as main.py; entries with ``--synthetic-data`` need nothing.
 
 from __future__ import annotations
 
-from benchkit.datasets import prepare_fake_imagenet
+from benchshared.datasets import prepare_fake_imagenet
 
 if __name__ == "__main__":
     prepare_fake_imagenet(None, "lightning")

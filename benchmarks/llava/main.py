@@ -29,11 +29,11 @@ from typing import Any
 import torch
 from shapes import SIZES, Shape, data_folder
 
-from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare, declare_flops
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, init_distributed, setup, teardown_distributed
+from benchshared.datasets import data_dir
 
 # CLIP's image normalisation (what the CLIP image processor applies).
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)

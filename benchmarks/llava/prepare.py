@@ -13,7 +13,7 @@ are padded with the pad id, and ``lengths.npy`` holds every sample's token count
 Gets the same argv as main.py; only ``--size``, ``--text-len``, ``--samples``, ``--data``,
 ``--seed`` and ``--batch-size`` matter here. Without ``--samples`` the set holds enough
 samples for every rank of the node to read `batches_per_rank` batches of ``--batch-size``
-in one pass (`benchkit.datasets`: 1 x 160 x 8 GPUs = 1,280), at least 128; a different
+in one pass (`benchshared.datasets`: 1 x 160 x 8 GPUs = 1,280), at least 128; a different
 count is a different set (generated again). Writes ``images.npy`` (N x H x W x 3, uint8)
 and ``input_ids.npy`` (N x tokens, int32) into ``$MILABENCH_DIR_DATA/llava-<size>``; a
 finished folder (its ``done`` marker, same parameters) is kept.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from shapes import BOS, EOS, PREFIX_TOKENS, SIZES, Shape, data_folder, sequence_length
 
-from benchkit.datasets import batches_per_rank, data_dir, entry_config, node_ranks, prepared
+from benchshared.datasets import batches_per_rank, data_dir, entry_config, node_ranks, prepared
 
 MIN_SAMPLES = 128
 

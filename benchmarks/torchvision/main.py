@@ -4,13 +4,13 @@ on a JPEG folder or on synthetic batches, on one device or data-parallel under t
 The standard suite's vision workloads: resnet50 (+ -noio), convnext_large in four
 precisions, regnet_y_128gf, focalnet (timm), resnet152-ddp-gpus. With ``--data`` (what
 ``prepare.py`` generates: an ImageNet-style JPEG folder) images are decoded and cropped
-by DataLoader workers (`benchkit.vision.JpegFolder`: Pillow, random resized crop, flip);
+by DataLoader workers (`benchshared.vision.JpegFolder`: Pillow, random resized crop, flip);
 with ``--synthetic-data`` (the ``-noio`` entries) random batches are made on the device
 once (``--fixed-batch``: the same one forever). Weights are random. Throughput: images/s
 of the whole job, through `benchkit.timing.TimedIterator`.
 
 ``--model-source``: ``torchvision`` (default) or ``timm`` build the model by name;
-``plain`` builds `benchkit.vision.plain_resnet` so that the same loader and training step
+``plain`` builds `benchshared.vision.plain_resnet` so that the same loader and training step
 run where torchvision or timm cannot be imported (the CPU smoke suite).
 ``--precision``: ``fp32`` (TF32 off), ``tf32``, ``fp16``/``bf16`` (autocast), and
 ``tf32-fp16`` / ``tf32-bf16`` (TF32 for what stays in fp32, fp16 / bf16 autocast for the
@@ -48,7 +48,7 @@ from benchkit.torchsetup import (
     setup,
     teardown_distributed,
 )
-from benchkit.vision import SOURCES, build_model, image_batches, normalise, synthetic_batches
+from benchshared.vision import SOURCES, build_model, image_batches, normalise, synthetic_batches
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

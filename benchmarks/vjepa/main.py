@@ -4,7 +4,7 @@ tubelets, a narrow predictor, an EMA target encoder on the whole clip, L1 loss o
 masked tubelets' features, for two mask sets per batch.
 
 The standard suite's vjepa-single / -gpus entries. facebookresearch's jepa repository is
-not on the package registries; this is its training step on `benchkit.vit`:
+not on the package registries; this is its training step on `benchshared.vit`:
 
 * data (`VideoClips`, in ``--num-workers`` DataLoader workers): the mp4 videos that
   ``prepare.py`` writes (upstream's ``FakeVideo``: 640 x 480 uniform noise, 300 frames)
@@ -46,7 +46,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchkit.datasets import data_dir
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
@@ -57,8 +56,9 @@ from benchkit.torchsetup import (
     setup,
     teardown_distributed,
 )
-from benchkit.vision import MEAN, STD
-from benchkit.vit import ARCHES, build_vit, gather_tokens
+from benchshared.datasets import data_dir
+from benchshared.vision import MEAN, STD
+from benchshared.vit import ARCHES, build_vit, gather_tokens
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -260,7 +260,7 @@ def analytic_flops(args: argparse.Namespace, sets: list[tuple[int, int]]) -> int
     its weight gradient), its blocks over the kept tubelets, forward and backward (3x);
     the predictor's input projection on the kept tokens, its blocks on both, its output
     projection on the hidden ones, 3x. Once: the target's forward over the whole clip."""
-    from benchkit.vit import ARCHES, patch_flops, vit_flops
+    from benchshared.vit import ARCHES, patch_flops, vit_flops
 
     tokens = (args.frames // args.tubelet) * (args.image_size // args.patch) ** 2
     enc, pred = ARCHES[args.arch][0], ARCHES[args.predictor][0]

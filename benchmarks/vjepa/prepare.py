@@ -15,7 +15,7 @@ import multiprocessing
 import os
 from pathlib import Path
 
-from benchkit.datasets import data_dir
+from benchshared.datasets import data_dir
 
 
 def write_video(path: Path, seed: int, width: int, height: int, frames: int) -> None:

@@ -46,9 +46,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("milabench.cli.preflight", "check every node before a multi-node run"),
     "fleet": ("milabench.cli.fleet", "run the single-node suite on every node, flag bad ones"),
     "slurm": ("milabench.cli.slurm", "Slurm: `slurm system` (system file), `slurm sbatch` (job)"),
-    "store": ("milabench.cli.store", "import runs into the results store and query history"),
+    "store": ("milabench.cli.store", "import runs into the results store, list stored runs"),
     "completion": ("milabench.cli.completion", "print a bash or zsh completion script"),
-    "history": ("milabench.cli.history", "build the history site and report change points"),
+    "history": (
+        "milabench.cli.history",
+        "stored results over time: change points, site and alerts, or outliers",
+    ),
 }
 
 

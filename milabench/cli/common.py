@@ -30,7 +30,8 @@ def add_option(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
     parser.add_argument(*_both(name), **kwargs)
 
 
-def _split_csv(values: list[str] | None) -> list[str]:
+def split_csv(values: list[str] | None) -> list[str]:
+    """Repeated ``--select a,b --select c`` values as one list of names."""
     out: list[str] = []
     for v in values or []:
         out.extend(x.strip() for x in v.split(",") if x.strip())
@@ -127,7 +128,7 @@ def suite_from_env(environ: Mapping[str, str] | None = None) -> str | None:
 
     ``MILABENCH_SUITE`` first. ``MILABENCH_CONFIG`` is read as a suite path only when it
     is one: benchmark processes (and `milabench dev` shells) get the JSON of their entry
-    under that name (spec phases.md section 3), and a value starting with ``{`` is that
+    under that name (docs/phases.md section 4), and a value starting with ``{`` is that
     JSON, never a file name.
     """
     environ = os.environ if environ is None else environ
@@ -192,8 +193,8 @@ def load_suite_from_args(args: argparse.Namespace):
         config_path(args),
         system=system_path(args),
         base=base_path(args),
-        select=_split_csv(getattr(args, "select", None)),
-        exclude=_split_csv(getattr(args, "exclude", None)),
+        select=split_csv(getattr(args, "select", None)),
+        exclude=split_csv(getattr(args, "exclude", None)),
         overrides=list(getattr(args, "override", None) or []),
         use_current_env=bool(getattr(args, "use_current_env", False)),
         strict=strict_mode(args),
@@ -209,144 +210,22 @@ def strict_mode(args: argparse.Namespace) -> bool:
     return os.environ.get("MILABENCH_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-# -- finding run folders ---------------------------------------------------------------
-# `report` and `compare` without run arguments, or given a folder holding runs (the base,
-# or `<base>/runs`), use the latest run of benchmarks there and say which on stderr.
-# `runs/install.<time>/` and `runs/prepare.<time>/` hold logs of those commands: never picked.
-LOG_FOLDER_PHASES = ("install", "prepare")
-
-
-def has_run_data(folder: Path) -> bool:
-    """A run folder: `.data` files, or the report a run that measured nothing still wrote."""
-    return any(folder.glob("*.data")) or (folder / "report.json").is_file()
-
-
-def _is_log_folder(folder: Path) -> bool:
-    return folder.name.split(".", 1)[0] in LOG_FOLDER_PHASES
-
-
-def _start_event_time(path: Path) -> float | None:
-    """The `start` event's time, within the first lines of a `.data` file."""
-    from milabench.events import decode
-
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for _, line in zip(range(20), f, strict=False):
-                ev = decode(line)
-                if ev is not None and ev["event"] == "start":
-                    data = ev.get("data")
-                    t = data.get("time") if isinstance(data, dict) else None
-                    return float(t) if isinstance(t, int | float) else None
-    except OSError:
-        return None
-    return None
-
-
-def run_start_time(folder: Path) -> float:
-    """When a run began: its first `start` event, else its oldest file, else the folder."""
-    files = list(folder.glob("*.data"))
-    starts = [t for t in (_start_event_time(p) for p in files) if t is not None]
-    if starts:
-        return min(starts)
-    try:
-        return min([p.stat().st_mtime for p in files] or [folder.stat().st_mtime])
-    except OSError:
-        return 0.0
-
-
-def benchmark_runs(parent: Path) -> list[Path]:
-    """The runs of benchmarks directly under `parent`, oldest first."""
-    try:
-        folders = [p for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    except OSError:
-        return []
-    runs = [p for p in folders if not _is_log_folder(p) and has_run_data(p)]
-    return sorted(runs, key=lambda p: (run_start_time(p), p.name))
-
-
-def _others(runs: list[Path]) -> str:
-    """`a, b, c` (newest first), at most five names."""
-    names = [p.name for p in reversed(runs)]
-    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-    return ", ".join(names[:5]) + more
-
-
-def _no_run(where: Path) -> str:
-    logs = []
-    if where.is_dir():
-        logs = sorted(p.name for p in where.iterdir() if p.is_dir() and _is_log_folder(p))
-    if logs:
-        return (
-            f"no run of benchmarks under {where} (only install/prepare logs: "
-            f"{', '.join(logs[-3:])}; give one with --runs to report on it)"
-        )
-    return f"no run under {where} (start one with `milabench run`, or give a run folder)"
-
-
-def latest_runs(args: argparse.Namespace, count: int, command: str) -> list[Path]:
-    """The `count` latest runs under `<base>/runs` (oldest first), said on stderr."""
-
-    from milabench.errors import UsageError
-
-    where = base_path(args) / "runs"
-    runs = benchmark_runs(where)
-    if not runs:
-        raise UsageError(_no_run(where))
-    if len(runs) < count:
-        raise UsageError(
-            f"{command}: only one run under {where} ({runs[0].name}); give two run folders"
-        )
-    chosen = runs[-count:]
-    _announce(command, chosen, where)
-    return chosen
-
-
-def _announce(
-    command: str, chosen: list[Path], where: Path, also: str = "", phrase: str | None = None
-) -> None:
-    """Say on stderr which run(s) a command picked by itself, and from where."""
+def write_output(path: Path, text: str, what: str) -> None:
+    """Write `what` (a report, a comparison) to `path` for ``--output``, creating missing
+    parent folders, and say so on stderr; a path that cannot be written is one line
+    naming it."""
     import sys
 
-    if len(chosen) == 1:
-        what = f"latest run under {where}{also}"
-        print(f"milabench: {phrase or command + ' of'} {chosen[0]} ({what})", file=sys.stderr)
-    else:
-        print(
-            f"milabench: {command} {chosen[0]} (A) with {chosen[1]} (B): "
-            f"the two latest runs under {where}{also}",
-            file=sys.stderr,
-        )
-
-
-def expand_run_folder(
-    path: Path, command: str, count: int = 1, *, phrase: str | None = None
-) -> list[Path]:
-    """A run folder as given; a folder holding runs (`<base>/runs`, or the base): its
-    latest `count` runs, said on stderr with the others it did not use. A folder with no
-    run data at all is a usage error (exit 2), never an empty report."""
-
     from milabench.errors import UsageError
 
-    if not path.is_dir():
-        raise UsageError(f"{path}: no such run folder")
-    if has_run_data(path):
-        return [path]
-    where, runs = path, benchmark_runs(path)
-    if not runs and (path / "runs").is_dir():
-        where, runs = path / "runs", benchmark_runs(path / "runs")
-    if not runs:
-        if not any(path.iterdir()):
-            return [path]  # an empty run folder: its report says that nothing was measured
-        if where != path or _has_log_folders(path):
-            raise UsageError(_no_run(where))
-        raise UsageError(f"{path}: no run data (no .data file in it, and no run folder under it)")
-    if len(runs) < count:
-        raise UsageError(f"{command}: only one run under {where} ({runs[0].name})")
-    chosen, rest = runs[-count:], runs[:-count]
-    also = f"; also there: {_others(rest)}; pass one of them to choose" if rest else ""
-    _announce(command, chosen, where, also, phrase)
-    return chosen
-
-
-def _has_log_folders(path: Path) -> bool:
-    return any(p.is_dir() and _is_log_folder(p) for p in path.iterdir())
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UsageError(f"--output {path}: {path.parent} is not a folder")
+    try:
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            print(f"created folder {path.parent} for --output", file=sys.stderr)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--output {path}: cannot write: {reason}") from None
+    print(f"{what} written to {path}", file=sys.stderr)

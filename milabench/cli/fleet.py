@@ -8,7 +8,7 @@
 Every node of the system file installs, prepares and runs the selected single-node
 entries as its own single-node machine (`milabench.fleet`), all runs at the same time;
 the run folders are collected into ``<base>/fleet/fleet.<time>/`` and the fleet report
-(`milabench.report.fleet`) is printed (without the run phase: one status line per node).
+(`milabench.fleet.report`) is printed (without the run phase: one status line per node).
 Exit code: the report's (0 when no node is
 flagged, failed or unreachable, 1 otherwise), 2 for a usage or configuration error,
 130 after Ctrl-C and 143 after SIGTERM (``fleet.json`` and the partial report are written
@@ -95,10 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from milabench.cli.common import (
-        _split_csv,
         base_path,
         ensure_writable,
         load_suite_from_args,
+        split_csv,
         strict_mode,
     )
     from milabench.cli.fleet_report import report_fleet, thresholds_from_args
@@ -108,15 +108,15 @@ def run(args: argparse.Namespace) -> int:
     phases = parse_phases(args.phases)
     thresholds_from_args(args)  # a bad report option fails before any node is touched
     if args.baseline:
-        from milabench.report.fleet import load_baseline
+        from milabench.fleet.report import load_baseline
 
         load_baseline(args.baseline)
     suite = load_suite_from_args(args)
     base = base_path(args)
     ensure_writable(base, base / "fleet")
     options = FleetOptions(
-        select=_split_csv(args.select),
-        exclude=_split_csv(args.exclude),
+        select=split_csv(args.select),
+        exclude=split_csv(args.exclude),
         overrides=list(args.override or []),
         use_current_env=bool(args.use_current_env),
         strict=strict_mode(args),

@@ -20,8 +20,6 @@ baseline file, bad option): one line. docs/fleet.md explains every rule.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 from pathlib import Path
 
@@ -54,7 +52,7 @@ def _non_negative(text: str) -> float:
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of the fleet report (shared with `milabench fleet`)."""
-    from milabench.report.fleet import DEFAULT_MAD_K, DEFAULT_MIN_GAP, DEFAULT_TOLERANCE
+    from milabench.fleet.report import DEFAULT_MAD_K, DEFAULT_MIN_GAP, DEFAULT_TOLERANCE
 
     add_option(parser, "format", default="text", choices=FORMATS,
                help="output format (default: text)")  # fmt: skip
@@ -138,7 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def thresholds_from_args(args: argparse.Namespace):
     """`FleetThresholds` from the parsed options (an unknown --ignore-env key: exit 2)."""
-    from milabench.report.fleet import FleetThresholds
+    from milabench.fleet.report import FleetThresholds
 
     ignore: list[str] = []
     for value in getattr(args, "ignore_env", None) or []:
@@ -149,13 +147,17 @@ def thresholds_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    return report_fleet(fleet_folder(args), args)
+    from milabench.cli.common import base_path
+    from milabench.fleet.folder import find_fleet_run
+
+    given = Path(args.folder) if args.folder else None
+    return report_fleet(find_fleet_run(given, base_path(args)), args)
 
 
 def report_fleet(folder: Path, args: argparse.Namespace) -> int:
     """Load, compare, render and write the report of one fleet folder; its exit code."""
-    from milabench.cli.report import _write_output
-    from milabench.report.fleet import (
+    from milabench.cli.common import write_output
+    from milabench.fleet.report import (
         build_fleet_report,
         load_baseline,
         load_fleet,
@@ -177,71 +179,7 @@ def report_fleet(folder: Path, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.output:
-        _write_output(Path(args.output), text)
-        print(f"fleet report written to {args.output}", file=sys.stderr)
+        write_output(Path(args.output), text, "fleet report")
     else:
         sys.stdout.write(text)
     return report.exit_code
-
-
-# -- finding fleet folders ---------------------------------------------------------------
-
-
-def _is_fleet(folder: Path) -> bool:
-    return (folder / "fleet.json").is_file()
-
-
-def _started(folder: Path) -> float:
-    """When a fleet run began: fleet.json's `started`, else the file's modification time."""
-    path = folder / "fleet.json"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        started = doc.get("started") if isinstance(doc, dict) else None
-        if isinstance(started, str):
-            return datetime.datetime.fromisoformat(started).timestamp()
-    except (OSError, ValueError, UnicodeDecodeError):
-        pass
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def fleet_runs(parent: Path) -> list[Path]:
-    """The fleet runs directly under `parent`, oldest first."""
-    try:
-        found = [p for p in parent.iterdir() if p.is_dir() and _is_fleet(p)]
-    except OSError:
-        return []
-    return sorted(found, key=lambda p: (_started(p), p.name))
-
-
-def fleet_folder(args: argparse.Namespace) -> Path:
-    """FOLDER as given when it is a fleet run; else the latest fleet run under it (or
-    under `<base>/fleet`), said on stderr."""
-    from milabench.cli.common import base_path
-    from milabench.errors import UsageError
-
-    if args.folder:
-        given = Path(args.folder)
-        if not given.is_dir():
-            raise UsageError(f"{given}: no such fleet folder")
-        if _is_fleet(given):
-            return given
-        candidates = [given, given / "fleet"]
-    else:
-        candidates = [base_path(args) / "fleet"]
-    for where in candidates:
-        runs = fleet_runs(where)
-        if runs:
-            others = [p.name for p in reversed(runs[:-1])][:5]
-            also = f"; also there: {', '.join(others)}" if others else ""
-            print(
-                f"milabench: fleet report of {runs[-1]} (latest fleet run under {where}{also})",
-                file=sys.stderr,
-            )
-            return runs[-1]
-    raise UsageError(
-        f"no fleet run under {candidates[-1]} (start one with `milabench fleet`, or give "
-        "a fleet folder holding fleet.json)"
-    )

@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from milabench.config.options import checked_number
+    from milabench.config.topology import DEFAULT_RDZV_PORT
     from milabench.remote.codesync import code_paths, run_venvs
-    from milabench.remote.nodes import DEFAULT_RDZV_PORT
     from milabench.remote.preflight import preflight, render
 
     suite = load_suite_from_args(args)
@@ -143,7 +143,7 @@ def _node_pythons(system: dict, given: str | None) -> dict[str, str]:
     ``fleet.python`` option, else this interpreter for a local node, python3 elsewhere
     (the rule of `milabench fleet`)."""
     from milabench.config.options import get_option
-    from milabench.remote.nodes import runs_locally
+    from milabench.config.topology import runs_locally
 
     configured = given or get_option(system, "fleet.python", None)
     return {

@@ -20,7 +20,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from milabench.cli.common import add_option, add_suite_options, add_validations_option
+from milabench.cli.common import (
+    add_option,
+    add_suite_options,
+    add_validations_option,
+    write_output,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,10 +85,11 @@ def suite_entries(args: argparse.Namespace) -> dict | None:
 def run_folders(args: argparse.Namespace) -> list[Path]:
     """The run folders to report on: --runs (a folder of runs gives its latest), else the
     latest run under the base."""
-    from milabench.cli.common import expand_run_folder, latest_runs
+    from milabench.cli.common import base_path
+    from milabench.report.locate import expand_run_folder, latest_runs
 
     if not args.runs:
-        return latest_runs(args, 1, "report")
+        return latest_runs(base_path(args) / "runs", 1, "report")
     return [d for p in args.runs for d in expand_run_folder(Path(p), "report")]
 
 
@@ -97,25 +103,7 @@ def run(args: argparse.Namespace) -> int:
     )
     text = render(report, args.format)
     if args.output:
-        _write_output(Path(args.output), text)
-        print(f"report written to {args.output}", file=sys.stderr)
+        write_output(Path(args.output), text, "report")
     else:
         sys.stdout.write(text)
     return report.exit_code
-
-
-def _write_output(path: Path, text: str) -> None:
-    """Write the report, creating missing parent folders (said on stderr); a path that
-    cannot be written is one line naming it."""
-    from milabench.errors import UsageError
-
-    if path.parent.exists() and not path.parent.is_dir():
-        raise UsageError(f"--output {path}: {path.parent} is not a folder")
-    try:
-        if not path.parent.is_dir():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            print(f"created folder {path.parent} for --output", file=sys.stderr)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise UsageError(f"--output {path}: cannot write: {reason}") from None

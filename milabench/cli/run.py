@@ -147,7 +147,7 @@ def remote_launcher(system: dict, suite=None, run_id: str | None = None):
     processes only; asyncssh is then never imported). With ``suite`` and ``run_id``, the
     code is first copied to every worker under ``<node base>/code/<run_id>`` and the
     nodes' versions checked (`milabench.remote.codesync.push_for_run`)."""
-    from milabench.config.nodes import remote_nodes
+    from milabench.config.topology import remote_nodes
 
     if not remote_nodes(system):
         return None

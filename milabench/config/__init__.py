@@ -1,4 +1,4 @@
-"""Suite and system configuration: pure data in, pure data out (spec config.md).
+"""Suite and system configuration: pure data in, pure data out (docs/config.md).
 
     from milabench.config import load_suite
     suite = load_suite("config/cpu.yaml", system=None, base="results", select=["flops"])

@@ -1,4 +1,4 @@
-"""Turning an entry's `argv` (a list or a mapping) into a command-line list (spec 1.5).
+"""Turning an entry's `argv` (a list or a mapping) into a command-line list (docs/config.md "Arguments").
 
 A mapping is the form that inheritance can edit: a child overrides one option, or drops it
 with `null`. `false` is refused rather than guessed: it could mean "drop the flag" or

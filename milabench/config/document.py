@@ -50,6 +50,20 @@ class Document:
                 self.entries[name] = merge_value(None, value)
 
 
+def check_entry_name(name: object, file: object, key: str | None = None) -> str:
+    """`name` if it can name an entry, else a ConfigError naming `file`.
+
+    Entry names become run-file names and report rows, so they must be non-empty
+    printable strings with no path separator.
+    """
+    if isinstance(name, str) and name.strip() and name.isprintable() and "/" not in name:
+        return name
+    raise ConfigError(
+        f"{file}: {'' if key is None else key + ': '}entry name {name!r} must be a non-empty "
+        "printable string without '/'"
+    )
+
+
 def display_path(path: Path) -> str:
     """A path as messages show it: relative when under the working directory."""
     try:
@@ -93,6 +107,7 @@ def _load_into(doc: Document, path: Path, stack: list[Path], included_from: obje
             _load_into(doc, target, [*stack, real], included_from=f"{shown}")
     layer: dict[str, Any] = {}
     for name, entry in data.items():
+        check_entry_name(name, shown)
         if entry is DELETE:
             layer[name] = DELETE
             continue

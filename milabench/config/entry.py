@@ -129,7 +129,7 @@ DIR_KEYS = ("base", "venv", "data", "runs", "extra", "cache", "code")
 
 @dataclass(frozen=True)
 class Dirs:
-    """The entry's folders (spec config.md 1.7 names them ``{milabench_<dir>}``)."""
+    """The entry's folders (docs/config.md "Brace placeholders" names them ``{milabench_<dir>}``)."""
 
     base: Path | None = None
     venv: Path | None = None
@@ -170,7 +170,7 @@ class PlanSettings:
 
 @dataclass(frozen=True)
 class Entry:
-    """A resolved, validated benchmark entry (spec config.md 1.4 lists the fields)."""
+    """A resolved, validated benchmark entry (docs/config.md "Fields" lists them)."""
 
     name: str
     raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), repr=False)
@@ -196,7 +196,7 @@ class Entry:
     weight: float = 1.0
     tags: tuple[str, ...] = ()
     validation: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    compare: Any = None  # thresholds for `milabench compare` (report.compare reads them)
+    compare: Any = None  # thresholds for `milabench compare` (compare.comparison reads them)
     # how the entry compares with upstream milabench's entry of the same name: None (not
     # said), "same", or "different: <reason>" (docs/parity.md); the report shows it
     parity: str | None = None

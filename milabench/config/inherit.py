@@ -1,4 +1,4 @@
-"""Inheritance (spec config.md 1.2 and 1.6): defaults, `inherits` chains, then `*`.
+"""Inheritance (docs/config.md "Inheritance"): defaults, `inherits` chains, then `*`.
 
 Every entry starts from the defaults (built-in ones with the suite's `_defaults` merged
 in), then its parents in order (each parent fully resolved first, a list merged left to

@@ -159,7 +159,7 @@ def load_suite(
     use_current_env: bool = False,
     strict: bool = False,
 ) -> Suite:
-    """Read, resolve and select a suite (spec config.md section 1).
+    """Read, resolve and select a suite (docs/config.md section 1).
 
     A key no layer reads (``max_durations``) is a warning with the closest known key, or
     a `ConfigError` with `strict`.

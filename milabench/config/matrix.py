@@ -1,4 +1,4 @@
-"""Matrix entries (spec config.md 1.3): one entry becomes the Cartesian product of values.
+"""Matrix entries (docs/config.md "Matrix entries"): one entry becomes the Cartesian product of values.
 
 Runs before inheritance, on raw entries, so a generated job can still `inherits` a
 template. Substitution only touches ``{key}`` where `key` is a matrix key: every other
@@ -13,6 +13,7 @@ import itertools
 import re
 from typing import Any
 
+from milabench.config.document import check_entry_name
 from milabench.config.merge import deep_merge
 from milabench.errors import ConfigError
 
@@ -70,7 +71,7 @@ def expand_entry(name: str, entry: dict[str, Any], file: object) -> dict[str, di
     out: dict[str, dict[str, Any]] = {}
     for values in combinations(matrix):
         job_name = substitute(pattern, values)
-        job_name = str(job_name)
+        job_name = check_entry_name(str(job_name), file, f"{name}.job.name")
         if job_name in out:
             raise ConfigError.at(
                 file,

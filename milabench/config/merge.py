@@ -1,4 +1,4 @@
-"""Deep merge of configuration layers (spec config.md 1.1).
+"""Deep merge of configuration layers (docs/config.md "Layers").
 
 Mappings merge recursively, lists and scalars are replaced. Two markers change that:
 ``{append: [...]}`` concatenates to the list below it, and a value tagged ``!delete``

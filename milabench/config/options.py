@@ -1,4 +1,4 @@
-"""The options tree (spec phases.md 1): ``MILABENCH_A_B_C`` > ``system.options.a.b.c`` > default.
+"""The options tree (docs/config.md "Options"): ``MILABENCH_A_B_C`` > ``system.options.a.b.c`` > default.
 
 Unlike a "first truthy value" lookup, an explicitly given value always wins, even when it
 is falsy: ``MILABENCH_CPU_AUTO=0`` turns auto-tuning off although the system file turns it

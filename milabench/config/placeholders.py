@@ -1,4 +1,4 @@
-"""Brace placeholders and value helpers in argv (spec config.md 1.7), resolved at launch.
+"""Brace placeholders and value helpers in argv (docs/config.md "Brace placeholders"), resolved at launch.
 
 ``{name}`` is replaced when `name` is one of the names of `placeholder_values`; any other
 brace text is left alone, so JSON arguments such as ``'{"a": 1}'`` survive. A name that

@@ -1,4 +1,4 @@
-"""Selection of benchmarks by name, group, install group, tag or folder (spec 1.8)."""
+"""Selection of benchmarks by name, group, install group, tag or folder (docs/config.md "Selection")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The system file (spec config.md 2): nodes, arch, detected facts and options.
+"""The system file (docs/config.md section 2): nodes, arch, detected facts and options.
 
 Detected facts (arch, GPU count and capacity, CPU count) only fill what the user did not
 write: a system file describes the machine the user *wants* to benchmark, and a detection

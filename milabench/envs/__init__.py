@@ -8,7 +8,7 @@ Modules, one job each (nothing heavy is imported here):
 * `constraints`: ``constraints/<variant>.txt`` and their ``# milabench:`` index directives;
 * `marker`: the input hash and the install marker inside each environment;
 * `backends`: the create/install/validate commands (uv or virtualenv + pip) as ProcessSpecs;
-* `helperlib`: benchkit copied into each environment;
+* `helperlib`: benchkit and benchshared copied into each environment;
 * `steps`: running one command through the shared runner, and its explaining error line;
 * `install`, `pin`, `prepare`, `dev`: the commands' logic.
 

@@ -180,8 +180,8 @@ class Backend:
 
 
 def validate_spec(group: InstallGroup, cwd: Path) -> ProcessSpec:
-    """``python -c`` importing benchkit, voir (when used) and every key import."""
-    modules = ["benchkit"]
+    """``python -c`` importing benchkit, benchshared, voir (when used) and every key import."""
+    modules = ["benchkit", "benchshared"]
     if group.needs_voir:
         modules.append("voir")
     modules += [m for m in group.key_imports if m not in modules]

@@ -4,7 +4,8 @@ The process gets the orchestrator's environment plus every variable a run adds
 (`milabench.plan.environment.benchmark_env` and the pack's `make_env`), works in the
 benchmark's folder, and is either the user's ``$SHELL`` (interactive) or the given
 command. The data channel (``DATA_FD``) is the runner's and is not set here: benchkit
-then writes its records to standard output, which is what one wants when debugging.
+then writes no records, unless ``MILABENCH_DATA_STDOUT=1`` prints them on standard output
+(docs/run-data.md section 4).
 """
 
 from __future__ import annotations

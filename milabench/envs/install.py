@@ -3,9 +3,10 @@
 For each group, in suite order: compute the input hash (`milabench.envs.marker`); when
 the marker matches, the group is "up to date" and nothing is started. Otherwise: remove
 the marker, (re)create the environment when needed, install the requirements
-(`milabench.envs.backends`), copy benchkit in, import the key modules, and only then
-write the marker. A failing group is reported with the line that explains it and the
-other groups are still installed; the caller exits non-zero if any group failed.
+(`milabench.envs.backends`), copy benchkit and benchshared in, import the key modules,
+and only then write the marker. A failing group is reported with the line that explains
+it and the other groups are still installed; the caller exits non-zero if any group
+failed.
 
 With ``--use-current-env`` no environment is created: the active interpreter is only
 checked (key imports), unless ``into_current_env`` asks to install the requirements into
@@ -26,7 +27,7 @@ from pathlib import Path
 from milabench.envs.backends import Backend, validate_spec
 from milabench.envs.constraints import write_entry_constraints
 from milabench.envs.groups import InstallGroup
-from milabench.envs.helperlib import install_benchkit
+from milabench.envs.helperlib import install_helpers
 from milabench.envs.marker import (
     changed_inputs,
     input_hash,
@@ -62,7 +63,7 @@ class GroupResult:
 
 
 def time_stamp() -> str:
-    """``YYYY-MM-DD_HH-MM-SS`` as in run names (spec phases.md section 2)."""
+    """``YYYY-MM-DD_HH-MM-SS`` as in run names (docs/run-data.md section 1)."""
     return time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
@@ -226,7 +227,7 @@ def install_group(
     result = _install_requirements(group, backend, logs, echo)
     if result is not None and not result.ok:
         return _fail(group, start, "install", result)
-    install_benchkit(group.venv)
+    install_helpers(group.venv)
     result = run_step(validate_spec(group, logs.path), logs.sinks(), echo=echo)
     if not result.ok:
         return _fail(group, start, "validate", result)

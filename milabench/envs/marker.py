@@ -4,9 +4,10 @@ An install is skipped ("up to date") when the hash of everything that decides th
 environment's content equals the one stored in the marker: requirement files' contents,
 the constraints file and entries' constraint lines and pip args, the variant and its
 ``--with`` requirements, the key imports, whether voir is installed, the interpreter
-(path and version) and the content of ``benchkit`` (copied into every environment). The
-backend (uv or pip) is deliberately *not* an input: both produce the same environment.
-Nothing here starts a process, so the check takes milliseconds.
+(path and version) and the content of ``benchkit`` and ``benchshared`` (copied into every
+environment, `milabench.envs.helperlib`). The backend (uv or pip) is deliberately *not*
+an input: both produce the same environment. Nothing here starts a process, so the check
+takes milliseconds.
 
 The marker lives inside the environment (``<venv>/milabench-install.json``): deleting
 the environment deletes the mark. It is written last, after validation, atomically;
@@ -25,22 +26,9 @@ from pathlib import Path
 
 from milabench.envs import MARKER_NAME
 from milabench.envs.groups import InstallGroup
+from milabench.envs.helperlib import source_hashes
 
 FORMAT = 1  # bump when the install procedure changes what an environment contains
-BENCHKIT_DIR = Path(__file__).resolve().parents[2] / "benchkit"
-
-
-def benchkit_hash(folder: Path = BENCHKIT_DIR) -> str:
-    """Hash of benchkit's Python sources (names and contents)."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        digest.update(str(path.relative_to(folder)).encode())
-        digest.update(b"\0")
-        digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()
 
 
 def _file_item(path: Path | None) -> dict | None:
@@ -63,8 +51,8 @@ def install_inputs(group: InstallGroup) -> dict:
         "key_imports": list(group.key_imports),
         "voir": group.needs_voir,
         "python": {"executable": sys.executable, "version": sys.version},
-        "benchkit": benchkit_hash(),
     }
+    inputs.update(source_hashes())  # "benchkit", "benchshared": each package's content
     if group.with_requirements:  # the variant's --with directives (absent: no key, same hash)
         inputs["with"] = list(group.with_requirements)
     return inputs

@@ -12,8 +12,8 @@ index directives are honoured (``--torch-backend`` in uv's spelling).
 
 Re-pinning reproduces the committed files: uv prefers the versions already in an output
 file, so each benchmark's file is its own preference, and the group lock starts from the
-union of the group's pinned files. Only what the inputs no longer allow changes. The
-group lock is kept in the log folder ``runs/pin.<time>/<group>.lock.txt``.
+union of the group's pinned files: a version changes only when the inputs exclude it.
+The group lock is kept in the log folder ``runs/pin.<time>/<group>.lock.txt``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The prepare step is the pack's `build_prepare_plan()` (``python prepare.py <argv>`` by
 default) with the same variables and resolved argv a run gets; benchmarks without one
-are skipped. Idempotence is the prepare script's job, helped by `benchkit.datasets`
+are skipped. Idempotence is the prepare script's job, helped by `benchshared.datasets`
 (a ``done`` marker written last): a finished dataset is detected and kept, and the script
 says "already prepared". Output streams into ``runs/prepare.<time>/<tag>.*``; the summary
 shows the last line each step printed, which by convention says where the data is.

@@ -11,15 +11,14 @@ from pathlib import Path
 
 from milabench.config.entry import Entry
 from milabench.envs import driver, is_installed
-from milabench.envs.helperlib import install_benchkit, site_packages
-from milabench.envs.marker import BENCHKIT_DIR, benchkit_hash
+from milabench.envs.helperlib import refresh_helpers, site_packages
 from milabench.errors import EnvironmentMissing
 
 
 def ensure_ready(entry: Entry) -> None:
     """The benchmark's venv exists and finished installing, unless it runs in the
-    current environment; its benchkit copy is refreshed. `EnvironmentMissing` otherwise,
-    with the command that fixes it."""
+    current environment; its copies of benchkit and benchshared are refreshed.
+    `EnvironmentMissing` otherwise, with the command that fixes it."""
     if entry.use_current_env:
         return
     venv = entry.venv
@@ -33,7 +32,7 @@ def ensure_ready(entry: Entry) -> None:
             f"{entry.name}: environment {venv} did not finish installing; "
             f"run 'milabench install --select {entry.name}' again"
         )
-    refresh_benchkit(venv)
+    refresh_copies(venv)
     check_driver(entry.name, venv)
 
 
@@ -51,26 +50,15 @@ def check_driver(name: str, venv: Path) -> None:
     driver.check(need, found.system_info(), f"{name}: environment {venv}")
 
 
-def refresh_benchkit(venv: Path) -> None:
-    """The environment's copy of benchkit must be the one this milabench reads back.
+def refresh_copies(venv: Path) -> None:
+    """The environment's copies of benchkit and benchshared must be this milabench's.
 
-    benchkit writes the records (window, rates, stop) that the report interprets; after
-    a ``git pull`` without ``milabench install``, a stale copy would measure with old
-    rules and the report would misread it. Copying it is a few milliseconds.
+    benchkit writes the records (window, rates, stop) that the report interprets and
+    benchshared builds the models and data that are measured; after a ``git pull``
+    without ``milabench install``, a stale copy would measure old code and the report
+    would misread it. Copying is a few milliseconds (`helperlib.refresh_helpers`).
     """
     try:
-        copy = site_packages(venv) / "benchkit"
-        if copy.is_dir() and benchkit_hash(copy) == _source_benchkit_hash():
-            return
-        install_benchkit(venv, BENCHKIT_DIR)
+        refresh_helpers(venv)
     except OSError:
         return  # read-only or unusual environment: the install marker still vouches for it
-
-
-_SOURCE_HASH: list[str] = []
-
-
-def _source_benchkit_hash() -> str:
-    if not _SOURCE_HASH:
-        _SOURCE_HASH.append(benchkit_hash())
-    return _SOURCE_HASH[0]

@@ -1,36 +1,17 @@
 """What the rest of the host did while a benchmark ran: other processes, steal, pressure.
 
-A benchmark that measures 20% below its peers on a shared node may be slow, or may have
-shared its CPUs with a neighbour. The runner cannot tell which from the rates alone, so
-while the local processes of one benchmark run, `InterferenceWatch` samples the host
+While the local processes of one benchmark run, `InterferenceWatch` samples the host
 about once a second (`run.memory_interval`, the memory sampler's interval; 0: off) and
-hands every process of the benchmark the same ``data`` record::
-
-    {"task": "main", "time": <epoch s>,
-     "interference": {"seconds": 1.0, "cpus": 2,
-                      "busy": 1.93,      # CPU-seconds the host spent running anything
-                      "bench": 1.41,     # ... the benchmark's process trees
-                      "self": 0.05,      # ... this milabench process (ingestion, sinks)
-                      "others": 0.47,    # busy - bench - self, never below 0
-                      "steal": 0.0,      # CPU-seconds the hypervisor gave to others
-                      "pressure": 0.32,  # seconds with some task waiting for a CPU (PSI)
-                      "top": [["yes", 1, 0.45]]}}  # busiest other commands:
-                                                   # [name, processes, CPUs]
-
-All CPU figures are CPU-seconds over the record's ``seconds``; the report divides by
-``seconds x cpus`` (`milabench.report.interference`) and restricts the sum to the
-measured window. ``pressure``, ``steal`` and ``top`` are absent where the kernel does not
-expose them (no PSI, no steal accounting).
-
-How the benchmark's own share is counted: the process trees of the benchmark's local
-processes (`memory.tree_pids`, plus the descendants the launcher's tracker saw leave the
-tree), each process's own CPU time and that of the children it reaped. A process that
-vanished between two samples was reaped by its parent; when that parent is in the tree
-its reaped time shows up again in the parent's children time, so what was already
-counted is subtracted. ``top`` names the busiest other commands (processes of the same
-name summed: a neighbour's eight workers are one line), found only when others were busy (at least
-`TOP_SHARE` of the CPUs over the interval): two scans of every process's ``stat``
-`TOP_GAP` seconds apart, so a quiet host never pays for reading every process.
+hands every process of the benchmark the same ``data`` record ``{"task": "main", "time":
+..., "interference": {"seconds", "cpus", "busy", "bench", "self", "others", "steal",
+"pressure", "top"}}``: CPU-seconds over ``seconds``, ``others = busy - bench - self``
+(never below 0); ``pressure``, ``steal`` and ``top`` are absent where the kernel does not
+expose them. The benchmark's share is its process trees (`memory.tree_pids`, plus the
+descendants the launcher's tracker saw leave), each process's own CPU time and its reaped
+children's, a process reaped by a parent in the tree counted once. ``top`` (the busiest
+other commands, one line per name) costs two scans of every ``/proc/<pid>/stat``
+`TOP_GAP` apart, made only when others used at least `TOP_SHARE` of the CPUs. The record
+and how the report reads it: docs/doctor.md "Interference during the window".
 
 Reads run in a worker thread; records are emitted from the event loop (sinks are not
 thread-safe). Remote (SSH) processes are not watched: the host would not be theirs.

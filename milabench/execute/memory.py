@@ -1,29 +1,21 @@
 """Peak host memory of a benchmark's whole process tree, sampled while it runs.
 
-A benchmark is rarely one process: torchrun starts one worker per device, data loaders
-fork workers, and the memory that matters (will this fit on a node with 512 GiB?) is the
-sum over all of them. The leader's own RSS, or ``ru_maxrss`` of the children we reap,
-misses most of it. So while a local process runs, `watch` samples the resident set size
-of the leader and every descendant about once a second and hands ``process_tree``
-records to the runner, which writes them into the process's event stream like any other
-metric record::
+While a local process runs, `watch` samples the resident set size of the leader and
+every descendant (torchrun's workers, data-loader workers) about once a second and hands
+``process_tree`` records to the runner, which writes them into the process's event
+stream like any other metric record::
 
     {"task": "main", "time": <epoch s>,
      "process_tree": {"rss": <bytes now>, "peak_rss": <max so far>, "processes": <count>,
                       "peak_processes": <max count so far>}}
 
-Why it is cheap (docs/performance.md): the tree is found by walking
-``/proc/<pid>/task/<tid>/children`` from the leader, which costs in proportion to the
-tree, not to the machine (``psutil.Process.children`` reads the ``stat`` file of every
-process on the host: 10x slower with 75 processes, far worse on a busy node); the RSS is
-one read of ``statm`` per process. Samples run in a worker thread (`asyncio.to_thread`)
-so the event loop, which ingests the data channel, never waits on ``/proc``.
-
-Limits, said once: RSS counts shared pages (libraries, copy-on-write memory after a
-fork) in every process that maps them, so the sum is an upper bound of the tree's real
-footprint; zombies (their memory is already freed) are not counted; remote (SSH)
-processes are not sampled. Nothing here raises: a process that exits between two reads,
-a zombie or a permission error just drops out of that sample.
+The tree is walked through ``/proc/<pid>/task/<tid>/children`` (a cost that follows the
+tree, not the machine), one ``statm`` read per process, in a worker thread so that the
+event loop never waits on ``/proc``. RSS counts shared pages in every process that maps
+them, so the sum is an upper bound; zombies and remote (SSH) processes are not counted.
+Nothing here raises: a process that exits between two reads, a zombie or a permission
+error just drops out of that sample. Costs and limits: docs/performance.md "Memory
+sampling of process trees".
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Run the processes of one benchmark concurrently and turn everything into events.
 
+Each process is a `ProcessRun` (its spec, the `RunOptions`, the `JobContext` the
+benchmark's processes share) whose result is one `Outcome`, tagged with its `Ending`:
+exited, early stop, timeout, interrupted, or not started.
+
 For each `ProcessSpec` the sinks receive, in order: ``config`` (the redacted entry),
 ``meta``, ``start``, then ``line``/``data``/``format_error``/other instrumentation events
 as they arrive, and ``end``. For a local process the runner adds its own ``data`` records
@@ -8,13 +12,12 @@ once a second while the peak grows, every few seconds otherwise, and always one 
 before ``end``, and records of what the rest of the host did meanwhile (``interference``:
 other processes' CPU time, steal, CPU pressure; `milabench.execute.interference`), one
 sampler per benchmark shared by its local processes. Whatever happens (normal exit,
-crash, timeout, early stop,
-Ctrl-C, an exception in the orchestrator) every process the benchmark started is gone
-when `run_specs` returns: see `milabench.execute.cleanup`.
+crash, timeout, early stop, Ctrl-C, an exception in the orchestrator) every process the
+benchmark started is gone when `run_specs` returns: see `milabench.execute.cleanup`.
 
-Return codes in ``end``: the process's exit status (negative: killed by that signal),
-``"TIMEOUT"`` (stopped after ``max_duration``), ``"INTERRUPTED"`` (Ctrl-C), and 127/126
-when the program could not be started.
+Return codes in ``end`` (`Outcome.return_code`): the process's exit status (negative:
+killed by that signal), ``"TIMEOUT"`` (stopped after ``max_duration``),
+``"INTERRUPTED"`` (Ctrl-C), and 127/126 when the program could not be started.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from benchkit.channel import SmuggleDecoder
@@ -41,26 +45,80 @@ from milabench.execute.launcher import (
 )
 from milabench.plan.spec import ProcessSpec
 
-TIMEOUT = RC_TIMEOUT
-INTERRUPTED = RC_INTERRUPTED
 # Events the orchestrator writes itself; a benchmark may not forge them.
 RESERVED_EVENTS = frozenset({"config", "meta", "start", "end", "line", "format_error"})
 
 
-@dataclass
+class Ending(Enum):
+    """The way one process of a benchmark ended (see `Outcome`)."""
+
+    EXITED = "exited"
+    EARLY_STOP = "early stop"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+    NOT_STARTED = "not started"
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """How one process ended."""
+    """How one process ended, as one value; its ``end`` record is made from it.
+
+    * ``EXITED``: it ended by itself; ``exit_code`` is its status (negative: killed by
+      that signal).
+    * ``EARLY_STOP``: it, or the multi-node job it belongs to, reported ``stop``; then it
+      ended by itself or was stopped after the early-stop grace; ``exit_code`` is its
+      status once gone (-9 when the stop left it unknown).
+    * ``TIMEOUT``: still running after its ``timeout``: stopped (``"TIMEOUT"``).
+    * ``INTERRUPTED``: the run was interrupted (Ctrl-C, SIGTERM): stopped
+      (``"INTERRUPTED"``).
+    * ``NOT_STARTED``: it could not be started; ``exit_code`` 127 (not found), 126 (not
+      executable) or 1.
+
+    ``early_stop``: a ``stop`` was reported; always with ``EARLY_STOP``, possibly with
+    ``TIMEOUT`` or ``INTERRUPTED`` (it came while the process was being stopped: the
+    report then reads the measurement as complete).
+    """
 
     tag: str
-    return_code: int | str
+    ending: Ending
+    exit_code: int | None = None
     early_stop: bool = False
     duration: float = 0.0
 
+    def __post_init__(self) -> None:
+        own_code = self.ending in (Ending.EXITED, Ending.EARLY_STOP, Ending.NOT_STARTED)
+        if own_code != (self.exit_code is not None):
+            need = "needs" if own_code else "has no"
+            raise ValueError(f"{self.tag}: an outcome `{self.ending.value}` {need} exit code")
+        if self.early_stop is not (self.ending is Ending.EARLY_STOP) and own_code:
+            raise ValueError(f"{self.tag}: early_stop={self.early_stop} with `{self.ending.value}`")
+
+    @property
+    def return_code(self) -> int | str:
+        """The ``return_code`` of the ``end`` record (milabench.events' vocabulary)."""
+        if self.ending is Ending.TIMEOUT:
+            return RC_TIMEOUT
+        if self.ending is Ending.INTERRUPTED:
+            return RC_INTERRUPTED
+        assert self.exit_code is not None
+        return self.exit_code
+
     @property
     def succeeded(self) -> bool:
-        if self.return_code in (TIMEOUT, INTERRUPTED):
+        if self.ending in (Ending.TIMEOUT, Ending.INTERRUPTED):
             return False
-        return self.return_code == 0 or self.early_stop
+        return self.exit_code == 0 or self.early_stop
+
+    def end_record(self, command: list[str]) -> dict[str, Any]:
+        """The ``end`` event's data."""
+        end: dict[str, Any] = {
+            "command": command,
+            "time": time.time(),
+            "return_code": self.return_code,
+        }
+        if self.early_stop:
+            end["early_stop"] = True
+        return end
 
 
 class _Emitter:
@@ -235,7 +293,7 @@ def require_launcher(specs: list[ProcessSpec]) -> None:
 
 
 async def _first(own: asyncio.Event, job: asyncio.Event) -> None:
-    """Wait for this process's own ``stop``, or for the job's end (see `run_one`)."""
+    """Wait for this process's own ``stop``, or for the job's end (see `JobContext`)."""
     own_wait = asyncio.ensure_future(own.wait())
     job_wait = asyncio.ensure_future(job.wait())
     try:
@@ -317,155 +375,258 @@ async def _meta(spec: ProcessSpec, system: dict | None) -> dict:
     return await meta_for_entry(spec.entry.python, system)
 
 
-async def run_one(
-    spec: ProcessSpec,
-    sinks: list,
-    *,
-    launcher: Launcher | None = None,
-    stop_event: asyncio.Event | None = None,
-    grace: float = 5.0,
-    early_stop_grace: float = 2.0,
-    interrupt_grace: float = 2.5,
-    system: dict | None = None,
-    meta: dict | None = None,
-    job_stop: asyncio.Event | None = None,
-    memory_interval: float | None = memory.INTERVAL,
-    interference: InterferenceWatch | None = None,
-) -> Outcome:
-    """Start one process, stream it, enforce its timeout, clean up, report its end.
+@dataclass(frozen=True)
+class RunOptions:
+    """How the processes of a benchmark are given time to leave, and watched.
 
+    ``grace``: after a timeout or an early stop, seconds between SIGTERM and SIGKILL;
+    ``early_stop_grace``: once ``stop`` was reported, seconds the process may take to
+    exit by itself; ``interrupt_grace``: the (shorter) grace once the run is interrupted;
     ``memory_interval``: seconds between samples of a local process tree's memory (None:
-    no ``process_tree`` records). ``interference``: the benchmark's watch of the rest of
-    the host (`milabench.execute.interference`); a local process joins it while it runs.
-
-    ``job_stop`` is shared by the processes of one multi-node job: it is set once the
-    process that reported ``stop`` is over (exited or stopped), and the others then get
-    the early-stop grace to end on their own before they are stopped too. A worker node
-    never sees the event itself and, were its peer gone while it sits in a collective,
-    would otherwise wait until its ``max_duration``.
+    no ``process_tree`` records).
     """
-    emit = _Emitter(spec.name, sinks)
-    emit("config", redact(spec.entry.as_dict()))
-    emit("meta", meta if meta is not None else await _meta(spec, system))
-    command = redact(list(spec.argv))
-    began = time.time()
-    emit("start", {"command": command, "time": began})
-    try:
-        handle: ProcessHandle = await _launcher_for(spec, launcher).start(spec)
-    except (OSError, MilabenchError) as err:
-        code = _error_code(err)
-        message = (
-            str(err) if isinstance(err, FolderError) else f"cannot start {spec.argv[0]}: {err}"
-        )
-        emit("error", {"type": type(err).__name__, "message": message})
-        emit("end", {"command": command, "time": time.time(), "return_code": code})
-        return Outcome(spec.name, code, False, time.time() - began)
 
-    sampler, sampling = _start_sampling(handle, emit, memory_interval)
-    if interference is not None and isinstance(handle, LocalHandle) and handle.pid is not None:
-        tracker = handle.tracker
-        interference.add(spec.name, handle.pid, emit, lambda: list(tracker.known.values()))
-    channel = _Channel(emit)
-    smuggle = spec.data_channel == "smuggle"
-    pumps = [
-        asyncio.ensure_future(
-            _pump_text(
-                handle.stdout, emit, "stdout", SmuggleDecoder() if smuggle else None, channel
-            )
-        ),
-        asyncio.ensure_future(_pump_text(handle.stderr, emit, "stderr")),
-    ]
-    if handle.data is not None:
-        pumps.append(asyncio.ensure_future(_pump_data(handle.data, channel)))
+    grace: float = 5.0
+    early_stop_grace: float = 2.0
+    interrupt_grace: float = 2.5
+    memory_interval: float | None = memory.INTERVAL
 
-    waiter = asyncio.ensure_future(handle.wait())
-    stopped = asyncio.ensure_future(
-        channel.stopped.wait() if job_stop is None else _first(channel.stopped, job_stop)
-    )
-    watched = [waiter, stopped]
-    if stop_event is not None:
-        watched.append(asyncio.ensure_future(stop_event.wait()))
-    return_code: int | str | None = None
-    early = False
-    stopped_by_us = False
-    try:
-        timeout = spec.timeout if spec.timeout and spec.timeout > 0 else None
-        await asyncio.wait(watched, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if waiter.done():
-            return_code = waiter.result()
-            # A rank that ends once its job is over (the measuring rank reported `stop` and
-            # left) ends with the job's early stop, whatever its code: peers torn down by a
-            # departed rank (gloo/NCCL aborts) are not failures of the measurement.
-            early = job_stop is not None and job_stop.is_set()
-        elif stop_event is not None and stop_event.is_set():
-            emit("message", {"message": "interrupted: stopping the benchmark"})
-            await handle.stop(min(grace, interrupt_grace))
-            return_code, stopped_by_us = INTERRUPTED, True
-        elif stopped.done():
-            early = True
-            remaining = None if timeout is None else max(began + timeout - time.time(), 0.0)
-            wait_for = early_stop_grace if remaining is None else min(early_stop_grace, remaining)
-            await asyncio.wait(
-                [waiter, *watched[2:]], timeout=wait_for, return_when=asyncio.FIRST_COMPLETED
-            )
-            if waiter.done():
-                return_code = waiter.result()
-            else:
-                emit("message", {"message": "early stop: terminating the remaining processes"})
-                await _stop(handle, grace, stop_event, interrupt_grace)
-                return_code = waiter.result() if waiter.done() else -9
-                stopped_by_us = True
-        else:
-            emit(
-                "message", {"message": f"timeout: still running after {spec.timeout:g} s, stopped"}
-            )
-            await _stop(handle, grace, stop_event, interrupt_grace)
-            return_code, stopped_by_us = TIMEOUT, True
-        if not stopped_by_us:
-            await handle.cleanup()
-    except BaseException as err:
-        # Orchestrator error or cancellation: never leave the process behind.
+
+@dataclass(frozen=True)
+class JobContext:
+    """What the processes of one benchmark share.
+
+    ``launcher``: how to start them (None: locally); ``interrupt``: set when the run is
+    interrupted (Ctrl-C, SIGTERM); ``job_stop``: shared by the processes of one
+    multi-node job, set once the process that reported ``stop`` is over; the others then
+    get the early-stop grace to end on their own before they are stopped too (a worker
+    node never sees the event itself and, were its peer gone while it sits in a
+    collective, would otherwise wait until its ``max_duration``); ``interference``: the
+    benchmark's watch of the rest of the host (`milabench.execute.interference`), which a
+    local process joins while it runs; ``system``: for the ``meta`` record.
+    """
+
+    launcher: Launcher | None = None
+    interrupt: asyncio.Event | None = None
+    job_stop: asyncio.Event | None = None
+    interference: InterferenceWatch | None = None
+    system: dict | None = None
+
+
+@dataclass
+class _Attached:
+    """What watches one running process (see `ProcessRun._attach`)."""
+
+    sampler: memory.TreeSampler | None
+    sampling: asyncio.Future | None
+    channel: _Channel
+    pumps: list[asyncio.Future]
+    exited: asyncio.Future
+    stopped: asyncio.Future  # its own ``stop``, or its job's end
+    interrupted: asyncio.Future | None
+
+    @property
+    def watched(self) -> list[asyncio.Future]:
+        return [t for t in (self.exited, self.stopped, self.interrupted) if t is not None]
+
+
+class ProcessRun:
+    """One process of a benchmark: started, streamed, ended one way, cleaned up.
+
+    `run` emits ``config``, ``meta`` (``meta`` given, or probed) and ``start``, starts
+    the process, streams its output and data channel into events, waits for the first
+    of: its exit, an interruption, a reported ``stop`` (its own or its job's), its
+    timeout; acts on it (`_settle`), and returns the `Outcome` after emitting ``end``.
+
+    Whatever happens, once `run` returns or raises: the process group and every
+    descendant the launcher tracked are gone (``cleanup`` after an exit, ``stop``
+    otherwise, ``stop`` shielded from cancellation on an error), the memory sampler and
+    the watchers are cancelled, the process has left the interference watch, its pipes
+    are closed, and a cancelled run still records ``end`` (``INTERRUPTED``).
+    """
+
+    def __init__(
+        self,
+        spec: ProcessSpec,
+        sinks: list,
+        *,
+        options: RunOptions = RunOptions(),
+        job: JobContext = JobContext(),
+        meta: dict | None = None,
+    ) -> None:
+        self.spec = spec
+        self.options = options
+        self.job = job
+        self.meta = meta
+        self.emit = _Emitter(spec.name, sinks)
+        self.command = redact(list(spec.argv))
+        self.began = 0.0
+
+    def _outcome(self, ending: Ending, code: int | None = None, early: bool = False) -> Outcome:
+        return Outcome(self.spec.name, ending, code, early, time.time() - self.began)
+
+    async def run(self) -> Outcome:
+        spec, emit, job = self.spec, self.emit, self.job
+        emit("config", redact(spec.entry.as_dict()))
+        emit("meta", self.meta if self.meta is not None else await _meta(spec, job.system))
+        self.began = time.time()
+        emit("start", {"command": self.command, "time": self.began})
         try:
-            await asyncio.shield(handle.stop(min(grace, interrupt_grace)))
-        finally:
-            for task in pumps:
-                task.cancel()
-            if sampling is not None:
-                sampling.cancel()
-            _close(handle)
-            if isinstance(err, asyncio.CancelledError):  # a forced interruption: say so
-                _final_memory(sampler, emit)
-                end = {"command": command, "time": time.time(), "return_code": INTERRUPTED}
-                emit("end", end)
-        raise
-    finally:
-        for task in watched:
-            task.cancel()
-        if sampling is not None:
-            sampling.cancel()
-        if interference is not None:
-            interference.remove(spec.name)
-        early = early or channel.stopped.is_set()
-        if channel.stopped.is_set() and job_stop is not None:
-            job_stop.set()
+            handle: ProcessHandle = await _launcher_for(spec, job.launcher).start(spec)
+        except (OSError, MilabenchError) as err:
+            return self._not_started(err)
 
-    interrupted = stop_event is not None and stop_event.is_set()
-    drain = DRAIN_TIMEOUT_INTERRUPTED if interrupted else DRAIN_TIMEOUT
-    done, pending = await asyncio.wait(pumps, timeout=drain)
-    if pending:
-        emit("message", {"message": "output still open after the process ended; closed"})
-        for task in pending:
+        live = self._attach(handle)
+        try:
+            ending, code = await self._settle(handle, live)
+        except BaseException as err:
+            await self._abort(handle, live, err)
+            raise
+        finally:
+            self._detach(live)
+
+        reported = live.channel.stopped.is_set()
+        if reported and ending is Ending.EXITED:
+            ending = Ending.EARLY_STOP  # it reported `stop`, then left by itself
+        await self._drain(handle, live.pumps)
+        _final_memory(live.sampler, emit)
+        outcome = self._outcome(ending, code, ending is Ending.EARLY_STOP or reported)
+        emit("end", outcome.end_record(self.command))
+        return outcome
+
+    def _attach(self, handle: ProcessHandle) -> _Attached:
+        """Start watching a started process: memory sampling, the interference watch,
+        the pumps of its output and data channel, and the waits `_settle` races."""
+        spec, emit, job = self.spec, self.emit, self.job
+        sampler, sampling = _start_sampling(handle, emit, self.options.memory_interval)
+        if (
+            job.interference is not None
+            and isinstance(handle, LocalHandle)
+            and handle.pid is not None
+        ):
+            tracker = handle.tracker
+            job.interference.add(spec.name, handle.pid, emit, lambda: list(tracker.known.values()))
+        channel = _Channel(emit)
+        smuggle = spec.data_channel == "smuggle"
+        pumps = [
+            asyncio.ensure_future(
+                _pump_text(
+                    handle.stdout, emit, "stdout", SmuggleDecoder() if smuggle else None, channel
+                )
+            ),
+            asyncio.ensure_future(_pump_text(handle.stderr, emit, "stderr")),
+        ]
+        if handle.data is not None:
+            pumps.append(asyncio.ensure_future(_pump_data(handle.data, channel)))
+        job_stop = job.job_stop
+        return _Attached(
+            sampler=sampler,
+            sampling=sampling,
+            channel=channel,
+            pumps=pumps,
+            exited=asyncio.ensure_future(handle.wait()),
+            stopped=asyncio.ensure_future(
+                channel.stopped.wait() if job_stop is None else _first(channel.stopped, job_stop)
+            ),
+            interrupted=(
+                asyncio.ensure_future(job.interrupt.wait()) if job.interrupt is not None else None
+            ),
+        )
+
+    async def _abort(self, handle: ProcessHandle, live: _Attached, err: BaseException) -> None:
+        """Orchestrator error or cancellation: never leave the process behind; a
+        cancelled run still says how it ended."""
+        try:
+            await asyncio.shield(handle.stop(self._interrupt_grace()))
+        finally:
+            for task in live.pumps:
+                task.cancel()
+            if live.sampling is not None:
+                live.sampling.cancel()
+            _close(handle)
+            if isinstance(err, asyncio.CancelledError):
+                _final_memory(live.sampler, self.emit)
+                self.emit("end", self._outcome(Ending.INTERRUPTED).end_record(self.command))
+
+    def _detach(self, live: _Attached) -> None:
+        """The process is over (or abandoned): stop watching it; a reported ``stop``
+        ends the job of the other nodes."""
+        for task in live.watched:
             task.cancel()
-    _close(handle)
-    for task in done:
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # a sink failed: as before, the run cannot go on
-    end: dict[str, Any] = {"command": command, "time": time.time(), "return_code": return_code}
-    if early:
-        end["early_stop"] = True
-    _final_memory(sampler, emit)
-    emit("end", end)
-    return Outcome(spec.name, return_code, early, time.time() - began)
+        if live.sampling is not None:
+            live.sampling.cancel()
+        if self.job.interference is not None:
+            self.job.interference.remove(self.spec.name)
+        if live.channel.stopped.is_set() and self.job.job_stop is not None:
+            self.job.job_stop.set()
+
+    def _not_started(self, err: OSError | MilabenchError) -> Outcome:
+        """The launcher could not start the process: an ``error`` event, then ``end``."""
+        argv0 = self.spec.argv[0]
+        message = str(err) if isinstance(err, FolderError) else f"cannot start {argv0}: {err}"
+        self.emit("error", {"type": type(err).__name__, "message": message})
+        outcome = self._outcome(Ending.NOT_STARTED, _error_code(err))
+        self.emit("end", outcome.end_record(self.command))
+        return outcome
+
+    def _interrupt_grace(self) -> float:
+        return min(self.options.grace, self.options.interrupt_grace)
+
+    async def _settle(self, handle: ProcessHandle, live: _Attached) -> tuple[Ending, int | None]:
+        """Wait for the first thing that ends the process and act on it: (ending, its
+        exit status when it is the process's own).
+
+        An exit is followed by the cleanup of what the process left behind; the other
+        ways end with the process group stopped (SIGTERM, then SIGKILL after the grace).
+        """
+        spec, opts, job, emit = self.spec, self.options, self.job, self.emit
+        waiter, stopped, interrupt = live.exited, live.stopped, live.interrupted
+        timeout = spec.timeout if spec.timeout and spec.timeout > 0 else None
+        await asyncio.wait(live.watched, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if waiter.done():
+            # A rank that ends once its job is over (the measuring rank reported `stop`
+            # and left) ends with the job's early stop, whatever its code: peers torn down
+            # by a departed rank (gloo/NCCL aborts) are not failures of the measurement.
+            job_over = job.job_stop is not None and job.job_stop.is_set()
+            await handle.cleanup()
+            return (Ending.EARLY_STOP if job_over else Ending.EXITED), waiter.result()
+        if interrupt is not None and interrupt.done():
+            emit("message", {"message": "interrupted: stopping the benchmark"})
+            await handle.stop(self._interrupt_grace())
+            return Ending.INTERRUPTED, None
+        if stopped.done():
+            remaining = None if timeout is None else max(self.began + timeout - time.time(), 0.0)
+            grace = (
+                opts.early_stop_grace
+                if remaining is None
+                else min(opts.early_stop_grace, remaining)
+            )
+            others = [waiter] if interrupt is None else [waiter, interrupt]
+            await asyncio.wait(others, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            if waiter.done():
+                await handle.cleanup()
+                return Ending.EARLY_STOP, waiter.result()
+            emit("message", {"message": "early stop: terminating the remaining processes"})
+            await _stop(handle, opts.grace, job.interrupt, opts.interrupt_grace)
+            return Ending.EARLY_STOP, waiter.result() if waiter.done() else -9
+        emit("message", {"message": f"timeout: still running after {spec.timeout:g} s, stopped"})
+        await _stop(handle, opts.grace, job.interrupt, opts.interrupt_grace)
+        return Ending.TIMEOUT, None
+
+    async def _drain(self, handle: ProcessHandle, pumps: list[asyncio.Future]) -> None:
+        """Let the output reach end of file (bounded: a process that escaped every
+        cleanup may hold the pipes), close the pipes, and re-raise a sink's failure."""
+        interrupted = self.job.interrupt is not None and self.job.interrupt.is_set()
+        drain = DRAIN_TIMEOUT_INTERRUPTED if interrupted else DRAIN_TIMEOUT
+        done, pending = await asyncio.wait(pumps, timeout=drain)
+        if pending:
+            self.emit("message", {"message": "output still open after the process ended; closed"})
+            for task in pending:
+                task.cancel()
+        _close(handle)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # a sink failed: the run cannot go on
 
 
 async def run_specs(
@@ -479,10 +640,12 @@ async def run_specs(
     system: dict | None = None,
     memory_interval: Any = FROM_OPTIONS,
 ) -> list[Outcome]:
-    """Run ``specs`` concurrently (the processes of one benchmark); outcomes in order.
+    """Run ``specs`` concurrently (the processes of one benchmark, one `ProcessRun`
+    each); outcomes in order. ``stop_event``: the run's interruption.
 
-    ``memory_interval``: see `run_one`; by default the ``run.memory_interval`` option
-    (1 s), so that every benchmark's ``.data`` file holds its tree's peak memory.
+    ``grace``, ``early_stop_grace``: see `RunOptions`. ``memory_interval``: by default
+    the ``run.memory_interval`` option (1 s), so that every benchmark's ``.data`` file
+    holds its tree's peak memory.
     """
     if not specs:
         return []
@@ -491,27 +654,27 @@ async def run_specs(
         require_launcher(specs)
     # One meta record per benchmark: the machine part is cached, the probe once per venv.
     meta = await _meta(specs[0], system)
-    job_stop = asyncio.Event() if _one_job(specs) else None
     watch = InterferenceWatch(interval) if interval is not None else None
     watching = asyncio.ensure_future(watch.run()) if watch is not None else None
-    tasks = [
-        asyncio.ensure_future(
-            run_one(
-                spec,
-                sinks,
-                launcher=launcher,
-                stop_event=stop_event,
-                grace=grace,
-                early_stop_grace=early_stop_grace,
-                system=system,
-                meta=meta if spec.entry is specs[0].entry else None,
-                job_stop=job_stop,
-                memory_interval=interval,
-                interference=watch,
-            )
+    options = RunOptions(grace=grace, early_stop_grace=early_stop_grace, memory_interval=interval)
+    job = JobContext(
+        launcher=launcher,
+        interrupt=stop_event,
+        job_stop=asyncio.Event() if _one_job(specs) else None,
+        interference=watch,
+        system=system,
+    )
+    runs = [
+        ProcessRun(
+            spec,
+            sinks,
+            options=options,
+            job=job,
+            meta=meta if spec.entry is specs[0].entry else None,
         )
         for spec in specs
     ]
+    tasks = [asyncio.ensure_future(run.run()) for run in runs]
     try:
         return list(await asyncio.gather(*tasks))
     except BaseException:

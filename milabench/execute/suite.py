@@ -21,7 +21,7 @@ from milabench.config.entry import Entry, as_entry
 from milabench.errors import MilabenchError
 from milabench.events import RC_ERROR, RC_SKIPPED, redact
 from milabench.execute.launcher import Launcher
-from milabench.execute.runner import INTERRUPTED, Outcome, require_launcher, run_specs
+from milabench.execute.runner import Ending, Outcome, require_launcher, run_specs
 
 SKIPPED = RC_SKIPPED
 ERROR = RC_ERROR
@@ -217,5 +217,5 @@ async def run_benchmark(
         system=system,
         launcher=launcher,
     )
-    interrupted = any(o.return_code == INTERRUPTED for o in outcomes)
+    interrupted = any(o.ending is Ending.INTERRUPTED for o in outcomes)
     return BenchmarkResult(name, tag, "interrupted" if interrupted else "ran", outcomes)

@@ -9,11 +9,13 @@ score. A fleet run treats every node of the system file as its own single-node m
   executor's launchers (local, or SSH with its remote process group), its output in log
   files, a stop that reaches every process it started, and the "lost" diagnosis;
 * `collect`: a node's run folder copied back to the main node (local copy, rsync or SFTP);
-* `folder`: the fleet folder and its ``fleet.json`` (the contract with
-  `milabench.report.fleet`), always rewritten atomically;
+* `folder`: the fleet folder and its ``fleet.json`` (the contract with `report`), always
+  rewritten atomically, and which fleet run a command means (`find_fleet_run`);
 * `orchestrate`: the pipeline (reach, push code, install, prepare with bounded
   concurrency; then every run at the same time; then collect), signals included.
 
-The report itself (table, flags, baselines) belongs to `milabench.report.fleet`; the
-command line (`milabench.cli.fleet`) glues the two.
+The fleet report reads a fleet folder back: `model` (its records, flag kinds,
+thresholds, versions: plain data), `report` (`load_fleet`, the rules, baselines) and
+`render` (text, markdown, json, html); the renderers import only the records. The
+command lines (`milabench.cli.fleet`, `milabench.cli.fleet_report`) parse and call.
 """

@@ -21,8 +21,8 @@ import shlex
 import shutil
 from pathlib import Path
 
+from milabench.config.topology import node_label
 from milabench.errors import NodeError
-from milabench.remote.nodes import node_label
 from milabench.remote.sync import choose_method, ssh_command
 
 

@@ -1,6 +1,6 @@
-"""The fleet folder on the main node and its ``fleet.json``.
+"""The fleet folder on the main node and its ``fleet.json``; finding the latest fleet run.
 
-Layout (the contract read by `milabench.report.fleet`)::
+Layout (the contract read by `milabench.fleet.report`)::
 
     <base>/fleet/<name>/
       fleet.json              every node's status, reason, phase times, environment
@@ -21,6 +21,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -180,3 +181,63 @@ class FleetFolder:
         """Stamp the end time and write the final document."""
         self.ended = iso_time()
         self.write()
+
+
+# -- finding fleet runs ------------------------------------------------------------------
+
+
+def is_fleet_run(folder: Path) -> bool:
+    return (folder / "fleet.json").is_file()
+
+
+def fleet_started(folder: Path) -> float:
+    """When a fleet run began: fleet.json's `started`, else the file's modification time."""
+    path = folder / "fleet.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        started = doc.get("started") if isinstance(doc, dict) else None
+        if isinstance(started, str):
+            return datetime.fromisoformat(started).timestamp()
+    except (OSError, ValueError, UnicodeDecodeError):
+        pass
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def fleet_runs(parent: Path) -> list[Path]:
+    """The fleet runs directly under `parent`, oldest first."""
+    from milabench.report.locate import runs_under
+
+    return runs_under(parent, is_fleet_run, fleet_started)
+
+
+def find_fleet_run(
+    given: Path | None, base: Path, *, say: Callable[[str], None] | None = None
+) -> Path:
+    """`given` when it is a fleet run; else the latest fleet run under it (or under
+    `given/fleet`; without `given`, under `<base>/fleet`), said through `say` (stderr by
+    default). No fleet run there is a usage error naming the folder."""
+    from milabench.errors import UsageError
+    from milabench.report.locate import others, to_stderr
+
+    say = say or to_stderr
+    if given is not None:
+        if not given.is_dir():
+            raise UsageError(f"{given}: no such fleet folder")
+        if is_fleet_run(given):
+            return given
+        candidates = [given, given / "fleet"]
+    else:
+        candidates = [base / "fleet"]
+    for where in candidates:
+        runs = fleet_runs(where)
+        if runs:
+            also = f"; also there: {others(runs[:-1])}" if runs[:-1] else ""
+            say(f"fleet report of {runs[-1]} (latest fleet run under {where}{also})")
+            return runs[-1]
+    raise UsageError(
+        f"no fleet run under {candidates[-1]} (start one with `milabench fleet`, or give "
+        "a fleet folder holding fleet.json)"
+    )

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from milabench.config.topology import get_option, runs_locally
 from milabench.errors import ConfigError, MilabenchError, NodeError, UsageError
 from milabench.fleet.collect import MissingRunFolder, collect_run
 from milabench.fleet.folder import FleetFolder, NodeRecord
@@ -55,7 +56,6 @@ from milabench.fleet.nodeplan import (
 )
 from milabench.fleet.phases import NodeRunner, PhaseOutcome
 from milabench.plan.spec import ProcessSpec
-from milabench.remote.nodes import get_option, runs_locally
 from milabench.remote.ssh import ConnectionPool, SSHSettings
 
 # A node that goes silent (powered off, cable pulled, hung kernel) sends no FIN: without

@@ -27,9 +27,9 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from milabench.config.topology import node_label
 from milabench.errors import MilabenchError
 from milabench.plan.spec import ProcessSpec
-from milabench.remote.nodes import node_label
 
 TAIL_LINES = 40
 DRAIN_TIMEOUT = 5.0  # seconds to read what a finished phase still has in its pipes

@@ -1,46 +1,14 @@
 """Change points over a whole series of results (E-Divisive means), standard library only.
 
-A benchmark's history is one value per stored run (typically its rate), 5 to 500 values.
-Comparing only the last run with the previous ones misses changes that happened earlier
-and blames noise on the newest commit; like Hunter/Otava and MongoDB's CI, we look for
-every change point in the series with E-Divisive means (Matteson & James, "A
-Nonparametric Approach for Multiple Change Point Analysis of Multivariate Data", JASA
-2014), in the fixed-segment form that Hunter uses:
-
-* Split search. For a segment X[0:n] and each split t, with L = X[:t] (m values) and
-  R = X[t:] (k values), the energy statistic (alpha = 1) is
-
-      Q(t) = m k / n * ( 2/(m k)   sum |l - r|
-                       - 1/C(m, 2) sum_{i<j} |l_i - l_j|
-                       - 1/C(k, 2) sum_{i<j} |r_i - r_j| )
-
-  The energy distance is zero only when both sides have the same distribution, so it
-  sees any change (level, spread, shape) without assuming normal noise: the statistic is
-  distribution-free, which matters because rates are skewed (throttling, stragglers). The
-  split kept is the t with the largest Q, with at least `min_size` values on each side.
-* Significance by permutation. The maximum of Q over t always favours *some* split, so it
-  is compared with the same maximum over random shuffles of the segment: p = (1 + number
-  of shuffles whose maximum >= observed) / (permutations + 1). A history holds few runs,
-  so an asymptotic law of the statistic would be wrong; the permutation test is exact for
-  any n under the "no change" hypothesis (exchangeable values). The shuffles are seeded,
-  so the same series always gives the same answer.
-* Recursion. A significant split cuts the segment in two and both sides are searched
-  again; segments shorter than 2 * `min_size` are not split.
-* Effect size. The energy test finds changes that are real but may be too small to act
-  on (a 1% shift over 300 runs is very significant). Each change is measured as the
-  relative change of the *medians* of the adjacent segments (medians, because CPU
-  benchmark noise has outliers that would drag a mean); the weakest change below
-  `min_effect` is dropped, its two segments merge, the neighbours are measured again, and
-  so on until every change left is large enough.
-
-Cost. Sums of |x_i - x_j| are not recomputed per split: the sum of each value's distances
-to the whole segment comes from one sort and prefix sums, and the distances to the values
-on its left come from a Fenwick tree indexed by rank (count and sum of smaller values), so
-one scan of a segment costs O(n log n), shuffles included. A shuffle test stops as soon as
-enough shuffles beat the observed statistic for p to exceed `alpha`, so segments with no
-change cost a few scans only. Measured in CPython 3.11: 500 values with 3 changes take
-0.3 to 0.4 s, with 9 changes or a steady drift (many significant splits, most dropped by
-the effect filter) under 1 s, with no change a few ms.
+Every change point of a series (one value per stored run, typically its rate) is found
+with E-Divisive means (Matteson & James, JASA 2014, in the fixed-segment form of
+Hunter/Otava): the split of a segment with the largest energy statistic is kept when a
+seeded permutation test gives p <= ``alpha``, both sides are searched again (at least
+``min_size`` values on each side), and changes whose relative difference of segment
+medians is below ``min_effect`` are dropped, weakest first, merging their segments.
+Distance sums come from prefix sums and a Fenwick tree (O(n log n) per scan), and a
+shuffle test stops as soon as p exceeds ``alpha``. The statistic, why each step, and
+what it costs: docs/history.md "Change points".
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milabench.history.changepoint import ChangePoint, detect
-from milabench.report.store import SeriesPoint, Store
+from milabench.history.store import SeriesPoint, Store
 
 
 @dataclass

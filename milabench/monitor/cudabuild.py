@@ -17,7 +17,7 @@ floor for its CUDA 12 wheels (driver >= 525.60.13). The newest build the driver 
 chosen; a driver below CUDA 12.0 runs none.
 
 Nothing here starts a process or imports NVML: the driver facts come in as the mapping
-`milabench.monitor.accelerators.Accelerators.system_info` returns.
+`benchkit.accelerators.Accelerators.system_info` returns.
 """
 
 from __future__ import annotations

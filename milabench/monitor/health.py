@@ -1,47 +1,22 @@
 """Machine health: the findings of `milabench doctor`, and the /proc readings behind them.
 
-When a node measures 20% below its peers the first question is why, and most answers are
-facts of the machine that a benchmark cannot change: a power limit set below the
-default, a PCIe link trained at x8, clocks held down by a thermal or power slowdown,
-ECC errors waiting for a reset, persistence mode off, a CPU governor that ramps, another
-tenant's processes on the same cores, steal time of a virtual machine. This module looks
-at each and returns one `Finding` per fact with a severity:
+Each fact of the machine that can make a node measure below its peers (a power limit
+below the default, a PCIe link trained narrower than it can, clock-event reasons, ECC
+errors, persistence mode, the CPU governor, other processes, steal, memory, swap, disk)
+becomes one `Finding` with a severity:
 
 * ``ok``: as expected (the reason says what was seen);
 * ``warn``: results may be slower or noisier than the hardware allows, or not comparable
   with other machines; the run goes on and the warning is recorded;
-* ``fail``: the results would not describe this hardware (a capped GPU, an error that
-  needs a reset, a disk about to fill up): `milabench run` refuses to start unless told
-  to (``--ignore-doctor``).
+* ``fail``: the results would not describe this hardware; `milabench run` refuses to
+  start unless ``--ignore-doctor``.
 
-Where each fact comes from:
-
-* host: ``/proc/stat`` (CPU time, steal), ``/proc/pressure/cpu`` (PSI), ``/proc/<pid>/stat``
-  (other processes' CPU time), ``/proc/meminfo``, ``/proc/vmstat`` (swapping), the
-  cpufreq governor in ``/sys/devices/system/cpu``, `shutil.disk_usage` of the base
-  folder. The CPU figures are measured over a short sample (`DEFAULT_SAMPLE` seconds);
-* NVIDIA: NVML through ``pynvml`` (nvidia-ml-py's names): persistence mode, enforced
-  power limit against the default, current clock-event reasons, PCIe link generation and
-  width against their maximum, ECC mode and uncorrected error counters, retired pages
-  and remapped rows, MIG mode, temperature against the slowdown threshold, the driver's
-  CUDA version against the pinned CUDA build;
-* AMD and Intel GPUs: the kernel's sysfs files that rocm-smi and xpu-smi read (PCIe link
-  of the PCI device, hwmon power cap against its default or rated maximum, temperature
-  against the critical threshold, amdgpu's forced performance level and RAS error
-  counts);
-* the interpreter: whether it can import what milabench needs (`NODE_MODULES`), for a
-  node that will run milabench (`milabench fleet`).
-
-Why one self-contained file, standard library only: `milabench fleet` and `milabench
-preflight` run the same checks on every node *before anything is copied*, by sending this
-file's text to the node's Python (``python -c <source> --json ...``, `probe_argv`), which
-prints one line ``@milabench-doctor {json}``. The execute layer's interference sampler
-(`milabench.execute.interference`) uses the /proc readers below for the same reason:
-one reading of each file, tested once.
-
-Thresholds are chosen so that an ordinary development machine passes (docs/doctor.md
-says why each is where it is): host findings are at most warnings, except a disk with
-less than `DISK_FAIL_BYTES` free under the base folder.
+Sources: /proc and sysfs for the host and for AMD and Intel GPUs, NVML (``pynvml``) for
+NVIDIA, the interpreter's imports (`NODE_MODULES`) for a node that runs milabench. One
+file, standard library only (and `benchkit.accelerators` for the fake GPUs, sent with it:
+`SHIPPED_MODULES`), so that `probe_argv` can send it inline to a node's Python before
+anything is copied. Every check, its source and its thresholds:
+docs/doctor.md "The checks"; why inline: docs/doctor.md "On every node".
 """
 
 from __future__ import annotations
@@ -55,6 +30,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
+
+from benchkit.accelerators import AcceleratorSettingError, fake_gpus
+
+#: What this file imports beyond the standard library, sent with it to a node.
+SHIPPED_MODULES = ("benchkit.smi", "benchkit.accelerators")
 
 OK = "ok"
 WARN = "warn"
@@ -1024,15 +1004,13 @@ def nvidia_findings(
 ) -> list[Finding]:
     """Every NVML check on every device this process may use (``CUDA_VISIBLE_DEVICES``
     indexes; all devices otherwise). [] when NVML is absent or no driver answers."""
-    if os.environ.get("MILABENCH_FAKE_GPUS"):
-        return [
-            Finding(
-                "gpus",
-                "gpu",
-                OK,
-                "fake devices (MILABENCH_FAKE_GPUS): their health is not checked",
-            )
-        ]
+    try:
+        fake = fake_gpus()
+    except AcceleratorSettingError as err:
+        return [Finding("gpus", "gpu", FAIL, str(err))]
+    if fake is not None:
+        reason = f"{fake.count} fake {fake.arch} devices (MILABENCH_FAKE_GPUS): not checked"
+        return [Finding("gpus", "gpu", OK, reason)]
     if nvml is None:
         try:
             import pynvml as nvml  # noqa: PLC0415 - optional, NVIDIA machines only
@@ -1315,9 +1293,12 @@ def probe_argv(
     python_hint: str | None = None,
 ) -> list[str]:
     """The command that runs these checks on a node with only its own ``python``: this
-    file's text inline (``-c``), findings printed as ``@milabench-doctor {json}``."""
+    file's text inline (``-c``, with `SHIPPED_MODULES`), findings printed as
+    ``@milabench-doctor {json}``."""
+    from milabench.monitor.inline import inline_program  # not needed on the node
+
     with open(__file__, encoding="utf-8") as f:
-        source = f.read()
+        source = inline_program(f.read(), SHIPPED_MODULES, filename="<milabench-doctor>")
     argv = [python, "-c", source, "--json", "--sample", str(sample)]
     for p in paths:
         argv += ["--path", p]

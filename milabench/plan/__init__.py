@@ -18,7 +18,8 @@ from milabench.config.entry import Entry
 from milabench.config.inherit import suggest
 from milabench.errors import ConfigError
 from milabench.plan.multinode import build_accelerate, build_torchrun
-from milabench.plan.nodes import (
+from milabench.plan.spec import ProcessSpec
+from milabench.plan.tree import (
     Fixed,
     NJobs,
     PerGPU,
@@ -29,7 +30,6 @@ from milabench.plan.nodes import (
     Wrapper,
     with_repeat,
 )
-from milabench.plan.spec import ProcessSpec
 
 
 class BenchmarkPackage(Protocol):

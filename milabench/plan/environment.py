@@ -1,8 +1,8 @@
 """The environment variables every prepare and run process of a benchmark gets.
 
 One function, used by every plan layer, by `milabench dev` and by prepare, so that a
-benchmark sees exactly the same variables however it was started (spec phases.md
-section 3). Only the *added* variables are returned; the runner merges them over the
+benchmark sees exactly the same variables however it was started (docs/phases.md
+section 4). Only the *added* variables are returned; the runner merges them over the
 orchestrator's own environment (the data channel variable ``DATA_FD`` is the runner's).
 """
 

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from milabench.config.entry import Entry, as_entry
-from milabench.config.nodes import DEFAULT_RDZV_PORT, main_node, runs_locally
 from milabench.config.options import checked_number
+from milabench.config.topology import DEFAULT_RDZV_PORT, main_node, runs_locally
 from milabench.errors import ConfigError
-from milabench.plan.nodes import PlanNode, TorchRun, Wrapper, default_nproc, plan_count
 from milabench.plan.spec import ProcessSpec
+from milabench.plan.tree import PlanNode, TorchRun, Wrapper, default_nproc, plan_count
 
 
 class NotEnoughNodes(ConfigError):

@@ -1,6 +1,6 @@
 """The unit of execution: one process to start, as plain data.
 
-A plan (see `milabench.plan.nodes`) is only a way to compute a list of `ProcessSpec`s;
+A plan (see `milabench.plan.tree`) is only a way to compute a list of `ProcessSpec`s;
 the runner (`milabench.execute.runner`) only knows how to start `ProcessSpec`s. Keeping
 this record small and JSON-able is what lets `matrix` print plans and tests compare them
 without starting anything.

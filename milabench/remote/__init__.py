@@ -16,7 +16,7 @@ _EXPORTS = {
     "needs_remote": "milabench.remote.dispatch",
     "ConnectionPool": "milabench.remote.ssh",
     "shared_pool": "milabench.remote.ssh",
-    "runs_locally": "milabench.remote.nodes",
+    "runs_locally": "milabench.config.topology",
     "sync_to_workers": "milabench.remote.sync",
     "detect_shared_base": "milabench.remote.sync",
     "docker_wrap": "milabench.remote.docker",

@@ -2,30 +2,21 @@
 
 Before a multi-node run, every worker gets ``<node base>/code/<run-id>/``::
 
-    pkg/milabench/  pkg/benchkit/  pkg/pyproject.toml   the tool itself (package_dir)
+    pkg/milabench/  pkg/benchkit/  pkg/benchshared/
+    pkg/pyproject.toml                                  the tool itself (package_dir)
     pkg/.milabench-code.json                            version, commit, run id (stamp)
     tree/<absolute main-node path>                      each benchmark folder, config file
 
-Why a source copy and not a wheel: building a wheel needs the build backend on the main
-node and a ``pip install`` per node and run (seconds, and a network-free pip setup), and
-every run would move the whole wheel; a copied tree needs nothing on the worker but sshd,
-a repeated push moves only the files that changed (rsync's quick check, or the SFTP
-fallback's, `milabench.remote.sync`), and the benchmark imports it by putting
-``package_dir`` first on ``PYTHONPATH``. benchkit is standard-library only and milabench's
-code in a benchmark process only needs what benchkit needs, so nothing is compiled.
-
-Why ``tree/<absolute path>``: a main-node path maps to exactly one place with no table to
-keep (`CodeLayout.remote_path`), two benchmark folders with the same name cannot collide,
-and a config file keeps its position relative to the benchmarks next to it.
-
-``<node base>`` is the node's ``base:`` in the system file, else the main node's base
-(`milabench.remote.sync.node_base`). A node whose base is the main node's own folder
-(shared filesystem: marker file test) or that runs on this machine without SSH gets an
-*identity* layout: nothing is copied and every path maps to itself (only the base is
-mapped, when the node names another one).
-
-Stale files are removed inside each copied folder (``--delete``), never outside it;
-``__pycache__``, ``*.pyc`` and VCS folders are neither copied nor deleted.
+The benchmark imports the copy because ``package_dir`` goes first on its ``PYTHONPATH``;
+a main-node path maps to exactly one node path (`CodeLayout.remote_path`). ``<node
+base>`` is the node's ``base:`` in the system file, else the main node's base
+(`milabench.remote.sync.node_base`). A node whose base is the main node's folder (shared
+filesystem) or that runs on this machine without SSH gets an *identity* layout: nothing
+is copied and every path maps to itself (only the base is mapped, when the node names
+another one). Stale files are removed inside each copied folder (``--delete``), never
+outside it; ``__pycache__``, ``*.pyc`` and VCS folders are neither copied nor deleted.
+Why a source tree rather than a wheel, and why absolute paths under ``tree/``:
+docs/multinode.md "Without a shared filesystem".
 """
 
 from __future__ import annotations
@@ -40,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from milabench.config.topology import main_node, node_label, remote_nodes, runs_locally
 from milabench.errors import NodeError, UsageError
 from milabench.remote.facts import (
     CODE_EXCLUDES,
@@ -49,7 +41,6 @@ from milabench.remote.facts import (
     node_environment,
     version_differences,
 )
-from milabench.remote.nodes import main_node, node_label, remote_nodes, runs_locally
 from milabench.remote.ssh import ConnectionPool, shared_pool
 from milabench.remote.sync import (
     Method,
@@ -166,12 +157,15 @@ def _walk(value, fn):
 
 
 def package_sources() -> list[tuple[Path, str]]:
-    """``(local path, name under pkg/)`` for milabench, benchkit and pyproject.toml."""
+    """``(local path, name under pkg/)`` for milabench, benchkit, benchshared and
+    pyproject.toml: each package as this interpreter imports it."""
     import benchkit
+    import benchshared
     import milabench
 
     tool = Path(milabench.__file__).absolute().parent
-    found = [(tool, "milabench"), (Path(benchkit.__file__).absolute().parent, "benchkit")]
+    found = [(tool, "milabench")]
+    found += [(Path(m.__file__).absolute().parent, m.__name__) for m in (benchkit, benchshared)]
     pyproject = tool.parent / "pyproject.toml"
     if pyproject.is_file():
         found.append((pyproject, "pyproject.toml"))
@@ -229,13 +223,13 @@ def identity_layout(
 
 def _stamp(run_id: str) -> str:
     from milabench import __version__
-    from milabench.metadata import git_commit
+    from milabench.monitor.machine import git_head
 
     tool = package_sources()[0][0]
     return json.dumps(
         {
             "version": __version__,
-            "commit": git_commit(tool.parent),
+            "commit": git_head(tool.parent),
             "run_id": run_id,
             "source": str(tool.parent),
             "pushed": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -1,6 +1,6 @@
 """`NodeLauncher`: the launcher a multi-node run uses, routing each spec to its node.
 
-Specs whose ``node`` is None or runs locally (`milabench.remote.nodes.runs_locally`) go to
+Specs whose ``node`` is None or runs locally (`milabench.config.topology.runs_locally`) go to
 the local launcher (process groups on this machine); the others go to one `SSHLauncher`,
 so every remote node has exactly one SSH connection for the whole run.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from milabench.config.nodes import runs_locally
+from milabench.config.topology import runs_locally
 from milabench.execute.launcher import Launcher, LocalLauncher, ProcessHandle
 from milabench.plan.multinode import select_nodes
 from milabench.remote.launcher import SSHLauncher

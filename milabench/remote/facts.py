@@ -2,33 +2,17 @@
 
 `node_environment` returns the ``environment`` object of each node in ``fleet.json`` (what
 `milabench fleet` writes), the same for the main node (probed by a local subprocess) and for
-workers (over SSH): the probe is one stdlib-only program (`FACTS_PROBE`) sent inline, so
-both sides compute every value the same way, and a worker needs no milabench to answer.
-
-How each value is found, and why that way:
-
-* ``python``: ``platform.python_version()`` of the interpreter that will run the
-  benchmarks (``python=`` if given, else the first environment's ``bin/python`` found,
-  else ``python3``/``python`` on the node's PATH).
-* ``milabench``: ``__version__`` read as text from ``<package_dir>/milabench/__init__.py``;
-  ``milabench_commit``: the git HEAD of that folder when it is a clone (read from
-  ``.git`` without git), else the commit recorded when the code was pushed (`STAMP`);
-  ``milabench_code``: the sha256 of the package's files (`code hash` below), which tells
-  a worker's stale or edited copy from the main node's even at the same commit.
-* ``packages[group]``: sha256 of the sorted ``name==version`` lines (names lower-cased
-  with ``-`` for ``_`` and ``.``, one line each, ``\\n`` after each) read from the
-  ``*.dist-info/METADATA`` of the environment's site-packages: what ``pip freeze`` lists,
-  without starting pip (seconds per environment) or even the environment's interpreter.
-  ``torch[group]``: the version of the ``torch`` distribution there. A missing
-  environment gives None for both.
-* ``cpu_model`` (``/proc/cpuinfo``), ``cpu_count`` (``os.cpu_count()``), ``gpu_model``,
-  ``gpu_count``, ``driver``: ``nvidia-smi`` when present, else ``rocm-smi``, else the
-  fake GPUs of ``MILABENCH_FAKE_GPUS`` (tests), else None/0/None.
-
-Code hash: sha256 over ``<relative path>\\0<content>\\0`` of every file of
-``milabench/`` and ``benchkit/`` under the package folder, in sorted path order, skipping
-the names of `CODE_EXCLUDES` (``__pycache__``, ``*.pyc``, VCS folders: what
-`milabench.remote.codesync` does not copy).
+workers (over SSH): the probe is one stdlib-only program (`FACTS_PROBE`) sent inline with
+the modules it imports (`milabench.monitor.inline`), so both sides compute every value the
+same way, and a worker needs no milabench to answer. Its keys: ``python`` (of the
+interpreter that will run the benchmarks: ``python=``, else the first environment's, else
+``python3``/``python`` on the node's PATH), ``milabench``, ``milabench_commit``,
+``milabench_code`` (the code hash, over the files of ``milabench/`` and ``benchkit/``
+less `CODE_EXCLUDES`), ``packages[group]`` (sha256 of the sorted ``name==version`` lines
+of the environment's ``*.dist-info``) and ``torch[group]`` (None for a missing
+environment), and the hardware of `milabench.monitor.machine.machine_facts` flattened by
+`hardware`. How each value is computed, and why: docs/multinode.md "Without a shared
+filesystem" (versions before running).
 """
 
 from __future__ import annotations
@@ -37,8 +21,10 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from milabench.config.topology import node_label, runs_locally
 from milabench.errors import NodeError
-from milabench.remote.nodes import node_label, runs_locally
+from milabench.monitor.inline import inline_program
+from milabench.monitor.machine import SHIPPED_MODULES, accelerator_count
 from milabench.remote.probe import prefixed_json
 from milabench.remote.ssh import ConnectionPool, run_here, shared_pool
 
@@ -48,16 +34,17 @@ CODE_EXCLUDES = ("__pycache__", "*.pyc", ".git", ".hg", ".svn", ".pytest_cache",
 FACTS_PREFIX = "@milabench-facts "
 
 FACTS_PROBE = r"""
-import fnmatch, hashlib, json, os, platform, re, shutil, subprocess, sys
+import fnmatch, glob, hashlib, json, os, re, sys
+from milabench.monitor.machine import git_head, machine_facts
 args = json.loads(sys.argv[1])
-out = {"python": platform.python_version(), "executable": sys.executable}
+out = machine_facts()
 
 def canon(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 def dist_list(venv):
     found = []
-    for sp in sorted(__import__("glob").glob(os.path.join(venv, "lib", "python*", "site-packages"))):
+    for sp in sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages"))):
         for entry in sorted(os.listdir(sp)):
             if not entry.endswith(".dist-info"):
                 continue
@@ -88,27 +75,6 @@ for group, venv in args["venvs"].items():
     torch[group] = next((v for n, v in dists if n == "torch"), None)
 out["torch"], out["packages"] = torch, packages
 
-def git_head(folder):
-    git = os.path.join(folder, ".git")
-    if not os.path.isdir(git):
-        return None
-    try:
-        head = open(os.path.join(git, "HEAD")).read().strip()
-        if not head.startswith("ref:"):
-            return head
-        ref = head.split(None, 1)[1]
-        path = os.path.join(git, ref)
-        if os.path.exists(path):
-            return open(path).read().strip()
-        packed = os.path.join(git, "packed-refs")
-        if os.path.exists(packed):
-            for line in open(packed):
-                if line.rstrip().endswith(" " + ref):
-                    return line.split()[0]
-    except OSError:
-        pass
-    return None
-
 def skipped(name):
     return any(fnmatch.fnmatchcase(name, p) for p in args["excludes"])
 
@@ -128,7 +94,7 @@ def code_hash(pkg):
 
 pkg = args.get("package_dir")
 if not pkg and args.get("code_root"):
-    stamps = __import__("glob").glob(os.path.join(args["code_root"], "*", "pkg", args["stamp"]))
+    stamps = glob.glob(os.path.join(args["code_root"], "*", "pkg", args["stamp"]))
     if stamps:
         pkg = os.path.dirname(max(stamps, key=os.path.getmtime))
 out["package_dir"] = pkg
@@ -145,53 +111,6 @@ if pkg and os.path.isfile(os.path.join(pkg, "milabench", "__init__.py")):
         except (OSError, ValueError):
             pass
     out["milabench_code"] = code_hash(pkg)
-
-cpu_model = None
-try:
-    for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
-        if line.startswith("model name"):
-            cpu_model = line.split(":", 1)[1].strip()
-            break
-except OSError:
-    pass
-out["cpu_model"] = cpu_model or platform.processor() or platform.machine()
-out["cpu_count"] = os.cpu_count()
-
-def smi(argv):
-    if not shutil.which(argv[0]):
-        return None
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-gpu_model, gpu_count, driver = None, 0, None
-text = smi(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
-if text and text.strip():
-    rows = [[c.strip() for c in line.split(",")] for line in text.strip().splitlines()]
-    gpu_model, gpu_count, driver = rows[0][0], len(rows), rows[0][-1]
-else:
-    text = smi(["rocm-smi", "--showproductname", "--showdriverversion", "--json"])
-    if text:
-        try:
-            doc = json.loads(text)
-            cards = [v for k, v in doc.items() if k.startswith("card")]
-            if cards:
-                gpu_count = len(cards)
-                gpu_model = cards[0].get("Card series") or cards[0].get("Card model")
-            driver = (doc.get("system") or {}).get("Driver version")
-        except ValueError:
-            pass
-    fake = os.environ.get("MILABENCH_FAKE_GPUS", "")
-    if not gpu_count and fake:
-        parts = fake.split(":")
-        try:
-            gpu_count = int(parts[1])
-            gpu_model, driver = f"Fake {parts[0]} device", "fake"
-        except (IndexError, ValueError):
-            pass
-out["gpu_model"], out["gpu_count"], out["driver"] = gpu_model, gpu_count, driver
 print("@milabench-facts " + json.dumps(out), flush=True)
 """
 
@@ -255,11 +174,29 @@ def probe_argv(
             "excludes": list(CODE_EXCLUDES),
         }
     )
-    return ["sh", "-c", _PICK_PYTHON, "milabench-facts", FACTS_PROBE, args, *candidates]
+    program = inline_program(FACTS_PROBE, SHIPPED_MODULES, filename="<milabench-facts>")
+    return ["sh", "-c", _PICK_PYTHON, "milabench-facts", program, args, *candidates]
 
 
 def parse_facts(stdout: str) -> dict | None:
     return prefixed_json(stdout, FACTS_PREFIX)
+
+
+def hardware(facts: Mapping) -> dict:
+    """The fleet format's hardware keys of a `machine_facts` record: ``cpu_model``,
+    ``cpu_count``, ``gpu_model`` (the first device's product), ``gpu_count``,
+    ``driver`` (None where unknown)."""
+    cpu = facts.get("cpu") or {}
+    gpus = (facts.get("accelerators") or {}).get("gpus") or {}
+    system = (facts.get("accelerators") or {}).get("system") or {}
+    first = next(iter(gpus.values()), {}) if gpus else {}
+    return {
+        "cpu_model": cpu.get("brand"),
+        "cpu_count": cpu.get("count"),
+        "gpu_model": first.get("product") if gpus else None,
+        "gpu_count": accelerator_count(facts),
+        "driver": system.get("driver_version") if gpus else None,
+    }
 
 
 async def node_environment(
@@ -305,8 +242,13 @@ async def node_environment(
         raise NodeError(
             f"node {node_label(node)}: facts probe failed (exit {code}): {err.strip()[-200:]}"
         )
-    facts.pop("executable", None)
-    return facts
+    versions = ("python", "milabench", "milabench_commit", "milabench_code", "package_dir")
+    return {
+        **{key: facts.get(key) for key in versions},
+        **hardware(facts),
+        "torch": facts.get("torch"),
+        "packages": facts.get("packages"),
+    }
 
 
 def differences(env: dict, ref: dict) -> list[tuple[str, object, object]]:
@@ -358,6 +300,7 @@ __all__ = [
     "ENVIRONMENT_KEYS",
     "FACTS_PROBE",
     "STAMP",
+    "hardware",
     "local_package_dir",
     "node_environment",
     "version_differences",

@@ -31,12 +31,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 from benchkit.channel import SmuggleDecoder
+from milabench.config.topology import node_label
 from milabench.errors import NodeError
 from milabench.execute.cleanup import TOKEN_VAR
 from milabench.execute.launcher import Launcher, ProcessHandle
 from milabench.remote.codesync import CodeLayout, layout_for
 from milabench.remote.docker import docker_wrap
-from milabench.remote.nodes import node_label
 from milabench.remote.ssh import (
     PGID_PREFIX,
     WRITE_ENV_FILE,
@@ -302,7 +302,7 @@ class SSHLauncher(Launcher):
         With a code layout, main-node paths in the values (``VOIRFILE``, the
         ``MILABENCH_DIR_*`` folders, ``PATH``, the JSON of ``MILABENCH_CONFIG``) become the
         node's, and a copied ``package_dir`` goes first on ``PYTHONPATH`` so that the
-        benchmark imports the copied milabench and benchkit.
+        benchmark imports the copied milabench, benchkit and benchshared.
         """
         layout = self.layout(spec)
         env = {str(k): str(v) for k, v in spec.env.items()}

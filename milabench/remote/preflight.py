@@ -32,13 +32,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from milabench.config.topology import main_node, node_label, runs_locally
 from milabench.errors import NodeError
 from milabench.monitor import health
+from milabench.monitor.machine import accelerator_arch, accelerator_count
 from milabench.plan.spec import ProcessSpec
 from milabench.remote.codesync import CodeLayout, push_and_check
 from milabench.remote.dispatch import NodeLauncher
-from milabench.remote.nodes import main_node, node_label, runs_locally
-from milabench.remote.probe import ALLREDUCE, NODE_PROBE, RESULT_PREFIX, prefixed_json
+from milabench.remote.probe import ALLREDUCE, RESULT_PREFIX, node_probe_argv, prefixed_json
 from milabench.remote.ssh import ConnectionPool, run_here
 from milabench.remote.sync import map_to_node, node_base
 
@@ -104,7 +105,7 @@ async def probe_node(
         main=node.get("name") == main_node(system).get("name"),
         local=local,
     )
-    argv = [python, "-c", NODE_PROBE, str(port), *envs]
+    argv = node_probe_argv(python, port, envs)
     t0 = time.monotonic()
     try:
         if local:
@@ -355,7 +356,7 @@ async def preflight(
 ) -> PreflightResult:
     """Every check, in order: node facts, versions (with ``base``), the all-reduce.
 
-    ``venvs`` maps each install group used to its environment on the main node (the
+    ``venvs`` maps each install group in use to its environment on the main node (the
     versions compared per group); ``code_paths`` are the benchmark folders and config
     files a run would copy (`milabench.remote.codesync.code_paths`). ``node_python``:
     the interpreter that runs milabench on each node (by name; ``python3`` when absent),
@@ -429,7 +430,7 @@ async def preflight(
                     f.code = layout.method if layout is not None else "local"
         if result.failures or not allreduce:
             return result
-        accel = [int(f.facts.get("accelerators") or 0) for f in facts]
+        accel = [accelerator_count(f.facts) for f in facts]
         nproc = min(accel) if min(accel) > 0 else 1
         try:
             result.allreduce = await run_allreduce(
@@ -496,7 +497,7 @@ def render(result: PreflightResult) -> str:
                 "-" if f.connect_s is None else f"{f.connect_s:.2f}",
                 str(d.get("python") or "-"),
                 str(d.get("torch") or "-"),
-                f"{d.get('arch', '-')}:{d.get('accelerators', '-')}" if d else "-",
+                f"{accelerator_arch(d)}:{accelerator_count(d)}" if d else "-",
                 "-" if not d else ("free" if d.get("port_free") else "in use"),
                 f.code or "-",
                 f.status,

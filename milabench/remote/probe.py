@@ -3,9 +3,11 @@
 Both programs are sent inline (``python -c``), so a worker needs no copy of milabench:
 only the benchmark environment's interpreter.
 
-* `NODE_PROBE`: prints one JSON line with the Python version, torch version, accelerator
-  count, whether each environment folder given as argument has its interpreter, and
-  whether the rendezvous port can be bound.
+* `NODE_PROBE`: prints one JSON line: the node's `milabench.monitor.machine` facts
+  (Python, CPU, memory, OS, accelerators), its torch version (or why torch does not
+  import), whether each environment folder given as argument has its interpreter, and
+  whether the rendezvous port can be bound. `node_probe_argv` sends it with the modules
+  it imports.
 * `ALLREDUCE`: run by torchrun on every node; rank 0 prints one JSON line with the
   measured all-reduce latency (small tensor) and bandwidth (large tensor).
 """
@@ -13,6 +15,10 @@ only the benchmark environment's interpreter.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+
+from milabench.monitor.inline import inline_program
+from milabench.monitor.machine import SHIPPED_MODULES
 
 RESULT_PREFIX = "@milabench-preflight "
 
@@ -26,21 +32,15 @@ def prefixed_json(stdout: str, prefix: str) -> dict | None:
 
 
 NODE_PROBE = r"""
-import json, os, platform, socket, sys
+import json, os, socket, sys
+from milabench.monitor.machine import machine_facts
 port = int(sys.argv[1])
 envs = sys.argv[2:]
-out = {"python": platform.python_version(), "executable": sys.executable,
-       "hostname": socket.gethostname(), "torch": None, "accelerators": 0, "arch": "cpu"}
-fake = os.environ.get("MILABENCH_FAKE_GPUS", "")
-if fake:
-    parts = fake.split(":")
-    out["arch"], out["accelerators"] = parts[0], int(parts[1]) if len(parts) > 1 else 1
+out = machine_facts()
+out["torch"] = None
 try:
     import torch
     out["torch"] = torch.__version__
-    if not fake and torch.cuda.is_available():
-        out["accelerators"] = torch.cuda.device_count()
-        out["arch"] = "rocm" if getattr(torch.version, "hip", None) else "cuda"
 except Exception as err:
     out["torch_error"] = f"{type(err).__name__}: {err}"
 out["envs"] = {e: os.access(os.path.join(e, "bin", "python"), os.X_OK) for e in envs}
@@ -55,6 +55,15 @@ finally:
     s.close()
 print("@milabench-preflight " + json.dumps(out), flush=True)
 """
+
+
+def node_probe_argv(python: str, port: int, envs: Sequence[str]) -> list[str]:
+    """The command that prints the node's ``@milabench-preflight {json}`` line: `NODE_PROBE`
+    with the machine-facts modules it imports (`milabench.monitor.machine.SHIPPED_MODULES`),
+    run by ``python``."""
+    program = inline_program(NODE_PROBE, SHIPPED_MODULES, filename="<milabench-preflight>")
+    return [python, "-c", program, str(port), *envs]
+
 
 ALLREDUCE = r"""
 import json, os, sys, time

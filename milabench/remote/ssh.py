@@ -6,7 +6,7 @@ asyncio objects, and errors are typed (refused, timed out, host key) so that eac
 turned into one sentence naming the node.
 
 Host keys are verified against ``~/.ssh/known_hosts`` by default. Options (see
-`milabench.remote.nodes.get_option`):
+`milabench.config.topology.get_option`):
 
 * ``ssh.known_hosts: PATH``: verify against that file instead;
 * ``ssh.strict_host_key_checking: false``: accept any host key (explicit, never implied);
@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from milabench.config.options import checked_number
-from milabench.errors import NodeError
-from milabench.remote.nodes import (
+from milabench.config.topology import (
     DEFAULT_CONNECT_TIMEOUT,
     get_option,
     node_label,
     node_port,
 )
+from milabench.errors import NodeError
 
 PGID_PREFIX = "@milabench-remote-pgid "
 

@@ -1,46 +1,19 @@
 """Making workers hold the main node's folders (environments, data, code) after a phase.
 
-Three ways, chosen for each worker and reported per node:
+Each worker gets one method, reported per node: ``shared`` (a marker file written under
+the main node's base is seen under the worker's: nothing to copy), else ``rsync`` (3.2.3
+or newer on both ends: ``rsync -a --delete --mkpath`` over ``ssh`` with the system's key
+and known_hosts settings), else ``sftp`` (asyncssh, the same rules). A folder under the
+main node's base goes to the same place under the worker's base (`node_base`), and an
+environment copied to another path is relocated there (`RELOCATE_VENV`). ``--delete``
+acts inside each synced folder only; ``<base>/data`` is only added to. The rules and
+why: docs/multinode.md "Install and prepare across nodes" and "Without a shared
+filesystem".
 
-* ``shared``: the worker's base folder *is* the main node's (a shared filesystem).
-  Detected by writing a marker file with a random name under ``<base>`` on the main node
-  and testing for it under the worker's base over SSH: nothing to copy.
-* ``rsync``: ``rsync`` 3.2.3 or newer exists here and on the worker: ``rsync -a
-  --delete`` over ``ssh`` with the system's key and known_hosts settings (only changed
-  files move on a repeat).
-* ``sftp``: otherwise (rsync missing on either side, or older than 3.2.3 there or here),
-  asyncssh's SFTP client mirrors the folders with the same rules: a file moves when its
-  size or modification time differs, symlinks stay symlinks, modes and times are kept,
-  and (with delete) what the source no longer has is removed.
-
-Why 3.2.3: ``--mkpath`` (create the missing parents of the destination) appeared there,
-and without it every copy would need its own remote ``mkdir`` round trip; older rsyncs
-(RHEL 8 has 3.1.3) still exist on clusters, and SFTP is available wherever sshd is, so
-the fallback costs nothing to set up. The option is never given to an older rsync
-(`rsync_argv` checks the version it is handed).
-
-**Where on the worker.** A node may name its own base folder in the system file
-(``base: /scratch/bench``; `node_base`); a folder under the main node's base goes to the
-same relative place under the worker's (``<base>/venv/torch`` -> ``<node base>/venv/torch``),
-any other folder to the same absolute path. An environment copied to another path is
-*relocated* there (`RELOCATE_VENV`): the scripts of ``bin/`` start with the absolute path of
-the environment's interpreter (``#!<venv>/bin/python``), which must name the new place.
-
-**Delete semantics.** ``--delete`` applies inside each synced folder only (never above
-it, never to a sibling): files excluded from the copy (``__pycache__`` for code) are kept,
-and the shared ``<base>/data`` folder is only added to (the main node may have prepared
-only some benchmarks: the others' datasets on a worker are not stale).
-
-Callers (install, prepare) use::
-
-    from milabench.remote.sync import sync_phase
-    print(sync_phase(system, base, [base / "venv" / group, base / "data"]))
-    # "workers: node1 shared, node2 rsync" (or "workers: none (single node)")
-
-or, inside a running event loop, ``await sync_to_workers(system, base, paths)`` which
-returns ``{"node1": "shared" | "rsync" | "sftp", ...}`` for every remote worker.
-
-A worker that cannot be reached raises `NodeError` naming it within ``ssh.connect_timeout``.
+Callers (install, prepare) use ``sync_phase(system, base, paths)`` (a line such as
+``workers: node1 shared, node2 rsync``) or, inside a running event loop, ``await
+sync_to_workers(system, base, paths)`` (``{"node1": "shared" | "rsync" | "sftp"}``). A
+worker that cannot be reached raises `NodeError` naming it within ``ssh.connect_timeout``.
 """
 
 from __future__ import annotations
@@ -60,8 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from milabench.config.topology import node_label, node_port, remote_nodes
 from milabench.errors import ConfigError, NodeError
-from milabench.remote.nodes import node_label, node_port, remote_nodes
 from milabench.remote.ssh import ConnectionPool, SSHSettings, shared_pool
 
 MARKER_PREFIX = ".milabench-shared-"

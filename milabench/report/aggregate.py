@@ -1,6 +1,6 @@
 """From `FileResult`s to per-benchmark statistics, benchmark scores and the suite score.
 
-Rules (spec report.md sections 1-3, written out in docs/reports.md):
+Rules (docs/reports.md section 1):
 * whether a file succeeded is `milabench.report.outcome`'s one rule (`file_status` only
   gathers its facts); capability skips are neither success nor failure;
 * the rate samples of the successful files of a benchmark are pooled, the single min and

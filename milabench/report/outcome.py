@@ -3,7 +3,7 @@
 Everything that says "passed" or "failed" asks this module: the report's per-file
 status and its verdict, the exit code of `milabench run` / `milabench report`, and the
 live dashboard. Nothing else re-derives it, so the printed verdict and the exit code
-cannot disagree (spec report.md section 1, docs/measurement.md).
+cannot disagree (docs/measurement.md section 4).
 
 A process **succeeds** when all of these hold:
 * it was not skipped (a capability skip is neither a success nor a failure);

@@ -3,35 +3,33 @@
 Plots: per-benchmark bars with error bars (rate +/- its 95% interval, as in the table), and for each benchmark
 the throughput over time per process/device, and accelerator load and memory over time
 (host CPU load/memory when no accelerator was sampled, e.g. on a CPU-only machine).
+The page, its tables, charts and escaping come from `milabench.htmlkit`.
 """
 
 from __future__ import annotations
 
-from html import escape
-
-from milabench.report.aggregate import fmt_overhead
+from milabench.htmlkit.charts import bar_chart, line_chart
+from milabench.htmlkit.markup import Markup, bullets, el
+from milabench.htmlkit.page import page
+from milabench.htmlkit.table import Cell, table, verdict_class
+from milabench.report.aggregate import BenchResult, fmt_overhead
 from milabench.report.build import Report
 from milabench.report.numbers import fmt_pct, fmt_sig
 from milabench.report.render_tables import (
-    _table_cells,
     breakdown_rows,
     doctor_lines,
     fmt_halfwidth,
     parity_lines,
     system_value,
+    table_cells,
     table_columns,
     verdict_line,
     warning_lines,
 )
 from milabench.report.runs import FileResult
-from milabench.report.svg import bar_chart, line_chart
 
-STYLE = """
-body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
-table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;padding:3px 8px}
-td.num{text-align:right}th{background:#f3f3f3}.pass{color:#1a7f37}.fail{color:#c62828}
-pre{background:#f7f7f7;padding:8px;overflow-x:auto}.plots{display:flex;flex-wrap:wrap;gap:8px}
-"""
+SYSTEM_KEYS = ("cpu", "n_cpu", "product", "n_gpu", "memory", "hostname", "build")
+Series = dict[str, list[tuple[float, float]]]
 
 
 def _t0(files: list[FileResult]) -> float:
@@ -41,7 +39,7 @@ def _t0(files: list[FileResult]) -> float:
     return min(times) if times else 0.0
 
 
-def _throughput_series(files: list[FileResult], t0: float) -> dict[str, list[tuple[float, float]]]:
+def _throughput_series(files: list[FileResult], t0: float) -> Series:
     out = {}
     for fr in files:
         pts = [(t - t0, r) for t, r in zip(fr.rate_times, fr.rates, strict=True) if t is not None]
@@ -52,9 +50,9 @@ def _throughput_series(files: list[FileResult], t0: float) -> dict[str, list[tup
     return out
 
 
-def _usage_series(files: list[FileResult], t0: float) -> tuple[dict, dict, str]:
-    load: dict[str, list[tuple[float, float]]] = {}
-    mem: dict[str, list[tuple[float, float]]] = {}
+def _usage_series(files: list[FileResult], t0: float) -> tuple[Series, Series, str]:
+    load: Series = {}
+    mem: Series = {}
     for fr in files:
         for t, gd in fr.gpudata:
             if t is None:
@@ -82,104 +80,104 @@ def _usage_series(files: list[FileResult], t0: float) -> tuple[dict, dict, str]:
     return load, mem, "host"
 
 
-def render_html(report: Report) -> str:
+def _section(title: str, lines: list[str]) -> list[Markup]:
+    """A heading and its list, nothing when `lines` is empty."""
+    if not lines:
+        return []
+    return [el("h2", title), bullets(lines, class_="warnings")]
+
+
+def _breakdown(report: Report) -> Markup:
     rows = breakdown_rows(report)
-    ok = report.exit_code == 0
-    h = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>milabench report: {escape(report.verdict)}</title>",
-        f"<style>{STYLE}</style></head><body>",
-        "<h1>milabench report</h1>",
-        f'<p class="verdict {"pass" if ok else "fail"}"><b>{escape(verdict_line(report))}</b>: '
-        f"failure rate {fmt_pct(100 * report.failure_rate)}, score {fmt_sig(report.score)}</p>",
-        "<p>Sources: "
-        + ", ".join(f"<code>{escape(str(s))}</code>" for s in report.sources)
-        + "</p>",
-    ]
-    if report.verdict_reasons:
-        h.append('<ul class="reasons fail">')
-        h += [f"<li>{escape(reason)}</li>" for reason in report.verdict_reasons]
-        h.append("</ul>")
-    h.append("<h2>System</h2><table>")
-    for key in ("cpu", "n_cpu", "product", "n_gpu", "memory", "hostname", "build"):
-        h.append(
-            f"<tr><th>{key}</th><td>{escape(system_value(key, report.system.get(key)))}</td></tr>"
-        )
-    h += ["</table>", '<h2>Breakdown</h2><table class="breakdown"><tr>']
     columns = table_columns(rows)
-    h += [f"<th>{escape(c)}</th>" for c in columns] + ["<th>reason</th></tr>"]
-    for r in rows:
-        cells = _table_cells(r, columns)
-        h.append(
-            "<tr>"
-            + f"<td>{escape(cells[0])}</td>"
-            + "".join(f'<td class="num">{escape(c)}</td>' for c in cells[1:])
-            + f"<td>{escape(r.get('reason') or '')}</td></tr>"
-        )
-    h.append("</table>")
-    warnings = warning_lines(report)
-    if warnings:
-        h.append('<h2>Warnings</h2><ul class="warnings">')
-        h += [f"<li>{escape(w)}</li>" for w in warnings]
-        h.append("</ul>")
-    different = parity_lines(report)
-    if different:
-        h.append('<h2>Not comparable with upstream milabench</h2><ul class="warnings">')
-        h += [f"<li>{escape(d)}</li>" for d in different]
-        h.append("</ul>")
-    machine = doctor_lines(report)
-    if machine:
-        h.append('<h2>Machine at the start (milabench doctor)</h2><ul class="warnings">')
-        h += [f"<li>{escape(m)}</li>" for m in machine]
-        h.append("</ul>")
-    bars = [(br.name, br.raw_rate, _ci_half(br)) for br in report.benchmarks if br.summary]
-    h += ['<div class="plots">', bar_chart("Rate per benchmark (± 95% interval)", bars,
-                                            ylabel="rate", css="plot-bars"), "</div>"]  # fmt: skip
-    h.append("<h2>Validations</h2><ul>")
+    cells = [[*table_cells(r, columns), r.get("reason") or ""] for r in rows]
+    return table([*columns, "reason"], cells, numeric=range(1, len(columns)), class_="breakdown")
+
+
+def _validations(report: Report) -> Markup:
+    items = []
     for layer in report.layers:
-        cls = "pass" if layer.passed else "fail"
-        items = "".join(f"<li>{escape(m)}</li>" for m in layer.failures)
-        items += "".join(f"<li>warning: {escape(m)}</li>" for m in layer.warnings)
+        details = [*layer.failures, *(f"warning: {m}" for m in layer.warnings)]
         state = "passed" if layer.passed else "failed"
-        h.append(f'<li class="{cls}">{escape(layer.name)}: {state}<ul>{items}</ul></li>')
-    h.append("</ul>")
-    if report.errors:
-        h.append("<h2>Errors</h2>")
-        for g in report.errors:
-            h.append(
-                f"<h3>{escape(g.bench)} <small>({escape(', '.join(g.tags))})</small></h3>"
-                f"<p><code>{escape(g.line)}</code></p><pre>{escape(chr(10).join(g.excerpt))}</pre>"
-            )
-    h.append("<h2>Benchmarks</h2>")
-    for br in report.benchmarks:
-        files = [fr for fr in br.files if br.statuses.get(fr.tag) != "skipped"]
-        if not files or br.phase != "run":
-            continue
-        t0 = _t0(files)
-        load, mem, source = _usage_series(files, t0)
-        units = br.units or "rate"
-        h.append(
-            f'<h3 id="bench-{escape(br.name)}">{escape(br.name)}</h3>'
-            f"<p>perf {fmt_sig(br.perf)} {escape(units)} (95% interval "
-            f"{escape(fmt_halfwidth(br.halfwidth))}, {br.observations:,} observations"
-            + (f", overhead {fmt_overhead(br.overhead)}" if br.overhead is not None else "")
-            + f"), score {fmt_sig(br.score)}"
-            + (f", reason: {escape(br.reason)}" if br.reason else "")
-            + '</p><div class="plots">'
-        )
-        h.append(line_chart(f"{br.name}: throughput per device", _throughput_series(files, t0),
-                            ylabel=units, css="plot-throughput"))  # fmt: skip
-        h.append(line_chart(f"{br.name}: {source} load (%)", load, ylabel="load %",
-                            css="plot-load"))  # fmt: skip
-        h.append(line_chart(f"{br.name}: {source} memory (MiB)", mem, ylabel="MiB",
-                            css="plot-memory"))  # fmt: skip
-        h.append("</div>")
-    h.append("</body></html>")
-    return "\n".join(h) + "\n"
+        items.append(el("li", f"{layer.name}: {state}", bullets(details),
+                        class_=verdict_class(layer.passed)))  # fmt: skip
+    return el("ul", items)
 
 
-def _ci_half(br) -> float:
+def _errors(report: Report) -> list[Markup]:
+    if not report.errors:
+        return []
+    out = [el("h2", "Errors")]
+    for g in report.errors:
+        out += [
+            el("h3", g.bench, " ", el("small", f"({', '.join(g.tags)})")),
+            el("p", el("code", g.line)),
+            el("pre", "\n".join(g.excerpt)),
+        ]
+    return out
+
+
+def _benchmark(br: BenchResult) -> list[Markup]:
+    """A benchmark's figure and its three plots over time (nothing when it did not run)."""
+    files = [fr for fr in br.files if br.statuses.get(fr.tag) != "skipped"]
+    if not files or br.phase != "run":
+        return []
+    t0 = _t0(files)
+    load, mem, source = _usage_series(files, t0)
+    units = br.units or "rate"
+    figure = (
+        f"perf {fmt_sig(br.perf)} {units} (95% interval {fmt_halfwidth(br.halfwidth)}, "
+        f"{br.observations:,} observations"
+        + (f", overhead {fmt_overhead(br.overhead)}" if br.overhead is not None else "")
+        + f"), score {fmt_sig(br.score)}"
+        + (f", reason: {br.reason}" if br.reason else "")
+    )
+    plots = [
+        line_chart(f"{br.name}: throughput per device", _throughput_series(files, t0),
+                   ylabel=units, css="plot-throughput"),
+        line_chart(f"{br.name}: {source} load (%)", load, ylabel="load %", css="plot-load"),
+        line_chart(f"{br.name}: {source} memory (MiB)", mem, ylabel="MiB", css="plot-memory"),
+    ]  # fmt: skip
+    return [el("h3", br.name, id=f"bench-{br.name}"), el("p", figure),
+            el("div", plots, class_="plots")]  # fmt: skip
+
+
+def render_html(report: Report) -> str:
+    ok = report.exit_code == 0
+    verdict = el("p", el("b", verdict_line(report)),
+                 f": failure rate {fmt_pct(100 * report.failure_rate)}, "
+                 f"score {fmt_sig(report.score)}", class_=f"verdict {verdict_class(ok)}")  # fmt: skip
+    sources = [el("code", str(s)) for s in report.sources]
+    system = [[Cell(key, header=True), system_value(key, report.system.get(key))]
+              for key in SYSTEM_KEYS]  # fmt: skip
+    bars = [(br.name, br.raw_rate, _ci_half(br)) for br in report.benchmarks if br.summary]
+    return page(
+        f"milabench report: {report.verdict}",
+        el("h1", "milabench report"),
+        verdict,
+        el("p", "Sources: ", [[", " if i else None, s] for i, s in enumerate(sources)]),
+        bullets(report.verdict_reasons, class_="reasons fail") if report.verdict_reasons else None,
+        el("h2", "System"),
+        table([], system, class_="system"),
+        el("h2", "Breakdown"),
+        _breakdown(report),
+        *_section("Warnings", warning_lines(report)),
+        *_section("Not comparable with upstream milabench", parity_lines(report)),
+        *_section("Machine at the start (milabench doctor)", doctor_lines(report)),
+        el(
+            "div",
+            bar_chart("Rate per benchmark (± 95% interval)", bars, ylabel="rate", css="plot-bars"),
+            class_="plots",
+        ),  # fmt: skip
+        el("h2", "Validations"),
+        _validations(report),
+        *_errors(report),
+        el("h2", "Benchmarks"),
+        *[part for br in report.benchmarks for part in _benchmark(br)],
+    )
+
+
+def _ci_half(br: BenchResult) -> float:
     """Absolute half-width of the benchmark's 95% interval (0 when it has none)."""
     if br.ci_low is None or br.ci_high is None:
         return 0.0

@@ -191,7 +191,7 @@ def fmt_energy(joules: float | None) -> str:
     return f"{fmt_sig(joules)} J"
 
 
-def _table_cells(row: dict[str, Any], columns: list[str] | None = None) -> list[str]:
+def table_cells(row: dict[str, Any], columns: list[str] | None = None) -> list[str]:
     """The table's cells of one row, in the order of ``columns`` (`table_columns`; the
     base `COLUMNS` when None): every number through `numbers.fmt_sig` (3 digits)."""
     mem = row["peak_memory"]  # MiB
@@ -293,7 +293,7 @@ def render_text(report: Report) -> str:
         lines.append(f"{key + ':':<10}{system_value(key, report.system.get(key))}")
     lines += [""] + _title("Breakdown")
     columns = table_columns(rows)
-    cells = [columns] + [_table_cells(r, columns) for r in rows]
+    cells = [columns] + [table_cells(r, columns) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
     for c in cells:
         parts = [c[0].ljust(widths[0])] + [
@@ -359,7 +359,7 @@ def render_markdown(report: Report) -> str:
     out.append("| " + " | ".join(columns) + " |")
     out.append("|" + "|".join([":---"] + ["---:"] * (len(columns) - 1)) + "|")
     for r in rows:
-        cells = _table_cells(r, columns)
+        cells = table_cells(r, columns)
         if r.get("reason"):
             cells[PERF] = f"— ({r['reason']})"
         out.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")

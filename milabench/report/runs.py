@@ -181,7 +181,7 @@ def split_tag(tag: str, name: str | None) -> tuple[str, dict[str, Any]]:
 
 
 def _record(fr: FileResult, rec: dict) -> None:
-    """Fold one metric record (run-data.md section 3) into the file's result."""
+    """Fold one metric record (docs/run-data.md section 3) into the file's result."""
     fr.n_data += 1
     t = as_float(rec.get("time"))
     task = rec.get("task")

@@ -1,7 +1,7 @@
 """Run files: ``<tag>.data`` (events), ``<tag>.stdout`` and ``<tag>.stderr`` (raw text).
 
 Every event is written and flushed as it arrives, so a run killed at any moment leaves
-valid lines behind (spec run-data.md section 1). Files are opened in append mode
+valid lines behind (docs/run-data.md section 1). Files are opened in append mode
 (``--resume`` adds to an existing run folder) and closed at the tag's ``end`` event.
 
 A write that fails (a full disk, a quota) is not a benchmark's fault: the file is cut back

@@ -10,8 +10,12 @@ benchkit's logic: one event per step boundary, rates written while the loop runs
 
 import time
 
+import pytest
+import torch
+
 from benchkit.channel import DataWriter
-from benchkit.timing import TimedIterator, _EventClock
+from benchkit.clock import EventClock, clock_for, device_kind
+from benchkit.timing import TimedIterator
 
 LAG = 0.05  # the device finishes a step this long after the host queued it
 
@@ -43,14 +47,19 @@ class FakeCudaEvent:
         return (end.t - self.t) * 1000.0
 
 
-class FakeCudaModule:
-    Event = FakeCudaEvent
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """``torch.cuda.Event`` is the stand-in: ``device="cuda"`` then times with it."""
+    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
+    clock = clock_for("cuda")
+    assert isinstance(clock, EventClock) and clock.Event is FakeCudaEvent
 
 
-def test_device_events_synchronise_once_per_flush(pipe):
+def test_device_events_synchronise_once_per_flush(pipe, fake_cuda):
     FakeCudaEvent.syncs = FakeCudaEvent.created = 0
     it = TimedIterator(
         [[0] * 16] * 30,
+        device="cuda",
         stop=20,
         skip=2,
         interval=3600,
@@ -58,7 +67,6 @@ def test_device_events_synchronise_once_per_flush(pipe):
         monitor=False,
         writer=DataWriter(pipe.write_fd, flush_interval=3600),
     )
-    it._clock = _EventClock(FakeCudaModule, "cuda")
     syncs_in_loop = []
     for _ in it:
         time.sleep(0.002)
@@ -76,7 +84,7 @@ def test_device_events_synchronise_once_per_flush(pipe):
     assert records[-1]["$event"] == "stop"
 
 
-def test_device_rates_are_written_live_without_synchronising(pipe):
+def test_device_rates_are_written_live_without_synchronising(pipe, fake_cuda):
     """A time window on a device: completed steps reach the pipe every quarter second
     while the loop runs (queried events), so a crash mid-window keeps them."""
     FakeCudaEvent.syncs = FakeCudaEvent.created = FakeCudaEvent.queries = 0
@@ -88,6 +96,7 @@ def test_device_rates_are_written_live_without_synchronising(pipe):
     writer = DataWriter(pipe.write_fd, flush_interval=0.1)
     it = TimedIterator(
         iter(int, 1),  # endless
+        device="cuda",
         batch_size=8,
         measure={
             "warmup_min": "0.2s",
@@ -101,7 +110,6 @@ def test_device_rates_are_written_live_without_synchronising(pipe):
         monitor=False,
         writer=writer,
     )
-    it._clock = _EventClock(FakeCudaModule, "cuda")
     seen_live = 0
     t0 = time.perf_counter()
     for _ in it:
@@ -123,11 +131,7 @@ def test_device_rates_are_written_live_without_synchronising(pipe):
 
 
 def test_device_kind_from_arguments():
-    from benchkit.timing import _device_kind
-
-    assert _device_kind("cuda:1") == "cuda"
-    assert _device_kind("cpu") == "cpu"
-    import torch
-
-    assert _device_kind(torch.device("cpu")) == "cpu"
-    assert _device_kind(None) == "cpu"  # torch without CUDA on this machine
+    assert device_kind("cuda:1") == "cuda"
+    assert device_kind("cpu") == "cpu"
+    assert device_kind(torch.device("cpu")) == "cpu"
+    assert device_kind(None) == "cpu"  # torch without CUDA on this machine

@@ -139,8 +139,13 @@ def test_reason_is_one_line_with_the_numbers():
 
 
 def test_fake_gpu_spec_and_ranks(monkeypatch):
-    assert fake_gpu_bytes("cuda:8:81920") == 80 * GIB
-    assert fake_gpu_bytes("cuda:8") == 80 * GIB and fake_gpu_bytes("") is None
+    assert fake_gpu_bytes({"MILABENCH_FAKE_GPUS": "cuda:8:81920"}) == 80 * GIB
+    assert fake_gpu_bytes({"MILABENCH_FAKE_GPUS": "cuda:8"}) == 80 * GIB
+    assert fake_gpu_bytes({"MILABENCH_FAKE_GPUS": ""}) is None and fake_gpu_bytes({}) is None
+    with pytest.raises(ValueError, match=r"^MILABENCH_FAKE_GPUS='cuda:8:80G': memory '80G'"):
+        fake_gpu_bytes({"MILABENCH_FAKE_GPUS": "cuda:8:80G"})  # not ignored: the parser's error
+    monkeypatch.setenv("MILABENCH_FAKE_GPUS", "cuda:2:1024")
+    assert fake_gpu_bytes() == GIB  # the process's own environment
     for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "MILABENCH_CONFIG", "MILABENCH_GPU_COUNT"):
         monkeypatch.delenv(key, raising=False)
     assert memory.ranks() == (1, 1)

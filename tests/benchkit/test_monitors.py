@@ -1,11 +1,12 @@
-"""Monitor back-ends and the background thread."""
+"""Monitor back-ends and the background thread (the accelerator back-ends themselves:
+test_accelerators.py, test_smi.py)."""
 
 import time
 
 import pytest
 
 from benchkit.channel import DataWriter
-from benchkit.monitors import FakeGPUSampler, Monitor, ProcSampler, PsutilSampler, visible_devices
+from benchkit.monitors import Monitor, ProcSampler, PsutilSampler
 
 
 def _burn(cpu_seconds):
@@ -34,28 +35,11 @@ def test_proc_and_psutil_agree_on_memory_total():
     assert ProcSampler().cpu()["memory"][1] == PsutilSampler().cpu()["memory"][1]
 
 
-def test_visible_devices_mapping():
-    assert visible_devices(4, {}) == ["0", "1", "2", "3"]
-    assert visible_devices(4, {"CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
-    assert visible_devices(4, {"CUDA_VISIBLE_DEVICES": "1,7,2"}) == ["1"]  # stops at invalid
-    assert visible_devices(4, {"CUDA_VISIBLE_DEVICES": ""}) == []
-    assert visible_devices(2, {"CUDA_VISIBLE_DEVICES": "GPU-abc"}) == ["GPU-abc"]
-
-
-def test_fake_gpus_keys_as_the_process_sees_them(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    sample = FakeGPUSampler("cuda:8:40960").sample()
-    assert list(sample) == ["0"]
-    gpu = sample["0"]
-    assert gpu["memory"][1] == 40960 and 0 <= gpu["load"] <= 1
-    assert set(gpu) == {"memory", "load", "temperature", "power", "energy"}
-
-
 def test_monitor_thread_writes_records(pipe, monkeypatch):
     monkeypatch.setenv("MILABENCH_FAKE_GPUS", "cuda:2")
     writer = DataWriter(pipe.write_fd, flush_interval=3600)
     with Monitor(writer, 0.02) as monitor:
-        assert monitor.backends == {"gpu": "FakeGPUSampler", "host": "PsutilSampler"}
+        assert monitor.backends == {"gpu": "FakeAccelerators", "host": "PsutilSampler"}
         time.sleep(0.3)
     records = pipe.records()
     gpus = [r for r in records if "gpudata" in r]
@@ -71,3 +55,18 @@ def test_monitor_without_gpu_backend(monkeypatch):
     monitor = Monitor(DataWriter(fd=None), 1.0)
     assert monitor.backends["gpu"] is None
     assert {k for r in monitor.sample() for k in r} == {"task", "time", "cpudata", "process"}
+
+
+def test_a_lost_gpu_stops_only_the_gpu_monitor(pipe, monkeypatch):
+    """The fake's ``lost@N``: the N-th sample fails like NVML's GPU_IS_LOST; the monitor
+    says so once and goes on with the host."""
+    monkeypatch.setenv("MILABENCH_FAKE_GPUS", "cuda:1:1000:lost@2")
+    monitor = Monitor(DataWriter(pipe.write_fd, flush_interval=3600), 1.0)
+    assert [k for r in monitor.sample() for k in r if k.endswith("data")] == ["gpudata", "cpudata"]
+    second = monitor.sample()
+    assert not any("gpudata" in r for r in second) and any("cpudata" in r for r in second)
+    assert monitor.backends["gpu"] is None
+    monitor.writer.flush()
+    messages = [r["$data"] for r in pipe.records() if r.get("$event") == "message"]
+    assert len(messages) == 1 and messages[0]["warning"] == "monitor"
+    assert "GPU is lost (fake device, lost@2)" in messages[0]["message"]

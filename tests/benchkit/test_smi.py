@@ -1,5 +1,6 @@
-"""AMD (rocm-smi) and Intel (xpu-smi) monitors against recorded outputs (tests/fakes/smi),
-through the parsers and through real subprocesses of stand-in tools on the PATH."""
+"""NVIDIA (nvidia-smi), AMD (rocm-smi) and Intel (xpu-smi) command-line back-ends against
+recorded outputs (tests/fakes/smi), through the parsers of `benchkit.smi` and through real
+subprocesses of stand-in tools on the PATH (`benchkit.accelerators`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from benchkit.monitors import gpu_sampler
+from benchkit.accelerators import (
+    QueryToolAccelerators,
+    ROCmAccelerators,
+    XPUAccelerators,
+    find_accelerators,
+)
+from benchkit.monitors import gpu_backend
 from benchkit.smi import (
-    ROCmSampler,
-    XPUSampler,
+    parse_query,
     parse_rocm,
+    parse_rocm_driver,
     parse_xpu_discovery,
     parse_xpu_dump,
 )
@@ -27,8 +34,10 @@ def smi_tools(monkeypatch):
     """The stand-in rocm-smi/xpu-smi first on the PATH, counters starting 10 s ago."""
     monkeypatch.setenv("PATH", f"{FAKES / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SMI_T0", str(time.time() - 10))
-    for name in ("MILABENCH_FAKE_GPUS", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+    names = ("MILABENCH_FAKE_GPUS", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+    for name in (*names, "FAKE_NVIDIA_SMI"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", None)  # no NVML here
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
@@ -56,6 +65,16 @@ def test_bad_outputs_give_nothing():
     assert parse_rocm("") == {} and parse_rocm("not json") == {} and parse_rocm("[]") == {}
     assert parse_xpu_dump("") == {} and parse_xpu_dump("no,header\n1,2") == {}
     assert parse_xpu_discovery("{") == {}
+    assert parse_rocm_driver("") is None and parse_rocm_driver("{}") is None
+    assert parse_query("", ("index",)) == [] and parse_query("0, 1\n", ("index",)) == []
+
+
+def test_query_rows_and_rocm_driver():
+    text = "0, NVIDIA H100 80GB HBM3, 412.35\n1, NVIDIA H100 80GB HBM3, [N/A]\n"
+    rows = parse_query(text, ("index", "name", "power.draw"))
+    assert rows[1] == {"index": "1", "name": "NVIDIA H100 80GB HBM3", "power.draw": "[N/A]"}
+    driver = '{"system": {"Driver version": "6.8.5"}, "card0": {}}'
+    assert parse_rocm_driver(driver) == "6.8.5"
 
 
 def test_xpu_dump_and_discovery():
@@ -74,7 +93,8 @@ def test_xpu_dump_and_discovery():
 
 def test_rocm_sampler_counts_energy_and_follows_visible_devices(smi_tools, monkeypatch):
     monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "1")
-    sampler = ROCmSampler()
+    sampler = ROCmAccelerators.probe()
+    assert sampler is not None and len(sampler.devices()) == 1
     first = sampler.sample()
     time.sleep(0.3)
     second = sampler.sample()
@@ -85,7 +105,7 @@ def test_rocm_sampler_counts_energy_and_follows_visible_devices(smi_tools, monke
 
 
 def test_xpu_sampler_one_call_per_device(smi_tools):
-    sampler = XPUSampler()
+    sampler = XPUAccelerators.probe()
     sample = sampler.sample()
     assert set(sample) == {"0", "1"}
     assert sample["0"]["memory"] == [97412.55, 131072.0]
@@ -93,20 +113,56 @@ def test_xpu_sampler_one_call_per_device(smi_tools):
 
 
 def test_benchkit_picks_the_command_line_monitor(smi_tools, monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "pynvml", None)  # no NVML here
-    assert isinstance(gpu_sampler(), ROCmSampler)
+    # nvidia-smi is on the PATH too, and fails like it does without a driver: skipped
+    assert isinstance(gpu_backend(), ROCmAccelerators)
     monkeypatch.setenv("MILABENCH_SMI", "0")
-    assert gpu_sampler() is None
+    assert gpu_backend() is None
 
 
-def test_milabench_back_end_reads_the_same_outputs(smi_tools, monkeypatch):
-    from milabench.monitor.accelerators import SMIAccelerators
+def test_milabench_detects_the_same_back_end(smi_tools, monkeypatch):
+    from milabench.monitor.accelerators import detect
 
-    found = SMIAccelerators.probe()
-    assert found is not None and found.arch == "rocm"
+    found = detect(refresh=True)
+    assert isinstance(found, ROCmAccelerators) and found.arch == "rocm"
+    assert found.system_info() == {
+        "arch": "rocm",
+        "backend": "rocm-smi",
+        "count": 2,
+        "driver_version": None,  # not in the recorded output
+    }
     assert [d["product"] for d in found.devices()] == ["AMD Instinct MI300X"] * 2
     assert found.devices()[0]["memory"]["total"] == 196288
     assert set(found.sample()["1"]) == {"memory", "load", "temperature", "power", "energy"}
-    xpu = SMIAccelerators("xpu", str(FAKES / "bin" / "xpu-smi"))
+    xpu = XPUAccelerators(str(FAKES / "bin" / "xpu-smi"))
     assert [d["product"] for d in xpu.devices()] == ["Intel(R) Data Center GPU Max 1550"] * 2
     assert xpu.sample()["0"]["energy"] > 8841237.46
+    detect(refresh=True)  # leave no stand-in in the cache
+
+
+def test_nvidia_smi_for_a_python_without_nvml(smi_tools, monkeypatch):
+    """A node whose Python has no pynvml still tells its GPUs, driver and samples."""
+    monkeypatch.setenv("FAKE_NVIDIA_SMI", "nvidia-smi-h100.csv")
+    found = find_accelerators()
+    assert isinstance(found, QueryToolAccelerators) and found.arch == "cuda"
+    assert [d["product"] for d in found.devices()] == ["NVIDIA H100 80GB HBM3"] * 3
+    assert found.devices()[1]["memory"] == {"used": 40960, "total": 81559}
+    info = found.system_info()
+    assert info == {
+        "arch": "cuda",
+        "backend": "nvidia-smi",
+        "count": 3,
+        "driver_version": "550.54.15",
+    }
+    sample = found.sample()
+    assert sample["0"] == {
+        "memory": [1024.0, 81559.0],
+        "load": 0.87,
+        "temperature": 61.0,
+        "power": 412.35,
+    }
+    assert "power" not in sample["1"]  # [N/A]: left out, not zero
+    uuid = "GPU-5c1e0d7a-35a4-4b8e-9d3f-1a2b3c4d5e62"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{uuid},1,7")
+    visible = find_accelerators()
+    assert [d["memory"]["used"] for d in visible.devices()] == [0, 40960]  # stops at 7
+    assert set(visible.sample()) == {"0", "1"}

@@ -129,7 +129,7 @@ def test_lazy_losses_are_tensors_until_flush_and_nan_is_kept(pipe):
         loss = (w * float(i)).sum() if i != 2 else (w * math.nan).sum()
         it.record_loss(loss)
         if i == 0:
-            stored = it._losses[0]
+            stored = it.meter.losses.values[0]
             assert isinstance(stored, torch.Tensor) and not stored.requires_grad
     it.close()
     losses = [r["loss"] for r in pipe.records() if "loss" in r]
@@ -346,7 +346,7 @@ def test_tiny_steps_under_a_time_window_are_grouped_into_records_of_a_millisecon
     """A loop of microsecond steps measured for a second must not write a record per
     step (30 s of such a loop would be tens of millions of lines): steps are grouped
     into records of at least 1 ms, and the rate of a group is its items over its time."""
-    from benchkit.timing import MIN_RECORD_S
+    from benchkit.records import MIN_RECORD_S
 
     it = make(
         pipe,

@@ -1,4 +1,4 @@
-"""Golden outputs (issue 15, item 4): `flops` and `opbench` check the operation they time.
+"""Golden outputs: `flops` and `opbench` check the operation they time.
 
 Before timing, each runs its operation once on fixed inputs in its dtype and compares
 with float64 on the CPU (`benchkit.golden`), writing `{"task": "golden", "golden": {...}}`

@@ -41,7 +41,7 @@ SYSTEM = {
     ],
 }
 # torchvision and timm cannot be imported next to the CPU build of torch the tests run on
-# (their compiled operators are built for CUDA; benchkit/vision.py): these entries are
+# (their compiled operators are built for CUDA; benchshared/vision.py): these entries are
 # estimated when they start, in their own environment, not here.
 TORCHVISION = {
     "resnet50",

@@ -165,7 +165,11 @@ def _scripts_named_in_suites() -> dict[str, set[str]]:
     return out
 
 
-@pytest.mark.parametrize("folder", sorted(p.name for p in BENCHMARKS.iterdir() if p.is_dir()))
+# a folder whose name starts with "_" holds shared code (benchmarks/_shared), not a benchmark
+FOLDERS = sorted(p.name for p in BENCHMARKS.iterdir() if p.is_dir() and p.name[0] not in "_.")
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
 def test_folder_contract(folder):
     path = BENCHMARKS / folder
     # the script is main.py, or the file every suite entry of the folder names (`script:`)
@@ -191,7 +195,7 @@ def test_thirdparty_has_no_milabench_import():
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
-    assert imported.isdisjoint({"milabench", "benchkit", "voir", "ptera"}), imported
+    assert imported.isdisjoint({"milabench", "benchkit", "benchshared", "voir", "ptera"}), imported
     assert "milabench" not in source and "benchkit" not in source
     voirfile = (BENCHMARKS / "thirdparty" / "voirfile.py").read_text()
     assert "benchkit.instruments" in voirfile

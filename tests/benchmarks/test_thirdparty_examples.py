@@ -25,7 +25,7 @@ SCRIPTS = {
     "regression": "thirdparty-regression/regression.py",
     "sine": "thirdparty-sine/sine_wave.py",
 }
-TOOLS = ("milabench", "benchkit", "voir", "ptera")
+TOOLS = ("milabench", "benchkit", "benchshared", "voir", "ptera")
 CHECKSUMS = BENCHMARKS / "thirdparty-examples.sha256"
 FINAL_LOSS = re.compile(r"^final loss (\S+)$", re.MULTILINE)
 

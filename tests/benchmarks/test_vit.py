@@ -1,10 +1,10 @@
-"""DINOv2 and V-JEPA (plain torch, benchkit.vit) at tiny sizes on CPU: one process and two
-torchrun ranks each, the data their prepare scripts write (JPEGs; mp4 videos decoded with
-decord), records (rates, finite losses, FLOPs, stop), the EMA teacher/target moving
-towards the student, and upstream's choices pinned: the defaults are upstream's
-settings (vitg14.yaml over DINOv2's default config; jepa's vith16.yaml), DINOv2's
-stochastic depth and layer scale, its heads, iBOT masks, Sinkhorn-Knopp and augmentation
-probabilities, V-JEPA's two mask sets."""
+"""DINOv2 and V-JEPA (plain torch, benchshared.vit) at tiny sizes on CPU: one process and
+two torchrun ranks each, the data their prepare scripts write (JPEGs; mp4 videos decoded
+with decord), records (rates, finite losses, FLOPs, stop), and upstream's choices pinned:
+the defaults are upstream's settings (vitg14.yaml over DINOv2's default config; jepa's
+vith16.yaml), DINOv2's student (stochastic depth, layer scale, heads), iBOT masks,
+Sinkhorn-Knopp and augmentation probabilities, V-JEPA's two mask sets. The ViT itself
+(stochastic depth per sample, the EMA update): tests/shared/test_vit.py."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_upstream_settings_are_the_defaults():
     """main.py's defaults are upstream's: DINOv2's vitg14.yaml over its default config
     and milabench's overrides (batch 32, 10 workers); jepa's vith16.yaml (batch 24, 12
     workers)."""
-    from benchkit.vit import ARCHES
+    from benchshared.vit import ARCHES
 
     assert ARCHES["giant"] == (1536, 40, 24, 4096, True)  # vit_giant2, swiglufused 4096
     assert ARCHES["huge"] == (1280, 32, 16, 5120, False)  # jepa's vit_huge
@@ -148,31 +148,6 @@ def test_models_have_upstreams_shapes():
     assert len(predictor.mask_tokens) == 2
 
 
-def test_stochastic_depth_runs_each_branch_on_60_percent_of_the_batch():
-    """DINOv2's ``drop_add_residual_stochastic_depth`` at rate 0.4: each residual branch
-    runs on int(0.6 x batch) samples in training, on all of them in eval mode; layer
-    scale starts at 1e-5."""
-    import torch
-
-    from benchkit.vit import build_vit
-
-    vit = build_vit("tiny", patch=8, cls_token=True, max_tokens=16, drop_path=0.4,
-                    layer_scale=1e-5)  # fmt: skip
-    seen = []
-    for block in (b for chunk in vit.blocks for b in chunk):
-        assert torch.all(block.ls1 == 1e-5) and torch.all(block.ls2 == 1e-5)
-        block.qkv.register_forward_hook(lambda m, i, o: seen.append(("attn", i[0].shape[0])))
-        block.mlp.register_forward_hook(lambda m, i, o: seen.append(("ffn", i[0].shape[0])))
-    x = torch.randn(10, 3, 32, 32)
-    vit.train()
-    out = vit(x)
-    assert out.shape == (10, 17, 64) and {n for _, n in seen} == {6}
-    seen.clear()
-    vit.eval()
-    vit(x)
-    assert {n for _, n in seen} == {10}
-
-
 def test_ibot_masks_and_crops_of_the_collate():
     """DINOv2's collate: crops stacked crop-major in fp16; half of the global crops
     masked with shares from consecutive slices of [0.1, 0.5]; the buffer size
@@ -204,7 +179,7 @@ def test_augmentation_probabilities_are_the_ones_dinov2_applies(monkeypatch, tmp
     second global crop only."""
     import torch
 
-    from benchkit.datasets import make_image_folder
+    from benchshared.datasets import make_image_folder
 
     mc = load("dinov2", "multicrop")
     make_image_folder(tmp_path, 1, 1, 64, verbose=False)
@@ -231,26 +206,6 @@ def test_sinkhorn_knopp_balances_prototypes_and_samples():
     assert torch.allclose(q.sum(-1), torch.ones(64), atol=1e-5)
     softmax = torch.softmax(logits / 0.5, dim=-1)
     assert q.sum(0).std() < softmax.sum(0).std() / 4
-
-
-def test_ema_moves_the_teacher_towards_the_student():
-    import copy
-
-    import torch
-
-    from benchkit.vit import build_vit, ema_update
-
-    student = build_vit("tiny", patch=8, cls_token=True, max_tokens=16)
-    teacher = copy.deepcopy(student)
-    with torch.no_grad():
-        for p in student.parameters():
-            p.add_(1.0)
-    before = [p.clone() for p in teacher.parameters()]
-    ema_update(teacher, student, 0.9)
-    for b, t, s in zip(before, teacher.parameters(), student.parameters(), strict=True):
-        assert torch.allclose(t, 0.9 * b + 0.1 * s)
-    out = student(torch.randn(2, 3, 32, 32))
-    assert out.shape == (2, 1 + 16, 64)  # CLS + 4 x 4 patches
 
 
 def test_two_mask_sets_as_jepa_draws_them():

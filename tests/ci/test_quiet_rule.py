@@ -74,3 +74,38 @@ def test_quiet_tests_run_alone_and_the_others_in_parallel(tmp_path: Path):
         assert others == [], (q[0], others)
     # the ordinary ones did share the machine: two ran at once at least once
     assert any(overlap(a, b) for i, a in enumerate(ordinary) for b in ordinary[i + 1 :])
+
+
+MIXED = """
+import pytest
+
+def test_plain():
+    pass
+
+@pytest.mark.quiet
+def test_timed():
+    pass
+"""
+
+
+def test_a_file_with_one_quiet_test_is_handed_out_last(tmp_path: Path):
+    """Under ``--dist loadfile`` a file goes to a worker whole, where its first test stands:
+    a file holding any quiet test is ordered after every ordinary file, so that its quiet
+    test cannot wait behind a long ordinary file on the other worker."""
+    (tmp_path / "test_a_mixed.py").write_text(MIXED)
+    (tmp_path / "test_b_plain.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(tmp_path)]))
+    argv = [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+            "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    assert ids == [
+        "test_b_plain.py::test_one",
+        "test_a_mixed.py::test_plain",
+        "test_a_mixed.py::test_timed",
+    ], done.stdout

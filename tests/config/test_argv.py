@@ -1,4 +1,4 @@
-"""argv_list (spec config.md 1.5)."""
+"""argv_list (docs/config.md "Arguments")."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from cfgtest_util import REPO, SUITES, run_cli, write
 
 from benchkit.options import MEASURE_KEYS, MeasureSettings, parse_measure
 from milabench.config import load_suite
-from milabench.plan.nodes import entry_timeout
+from milabench.plan.tree import entry_timeout
 
 BENCH = SUITES / "benches" / "alpha"
 

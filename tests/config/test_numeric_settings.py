@@ -10,7 +10,7 @@ from milabench.config.entry import Entry
 from milabench.config.options import checked_number
 from milabench.config.system import load_system
 from milabench.errors import ConfigError
-from milabench.plan.nodes import NJobs, default_nproc, plan_count
+from milabench.plan.tree import NJobs, default_nproc, plan_count
 
 SUITE = """
 convnet:

@@ -1,4 +1,4 @@
-"""Brace placeholders and the safe helpers (spec config.md 1.7)."""
+"""Brace placeholders and the safe helpers (docs/config.md "Brace placeholders")."""
 
 from __future__ import annotations
 

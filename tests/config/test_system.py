@@ -1,4 +1,4 @@
-"""System file loading and validation (spec config.md section 2)."""
+"""System file loading and validation (docs/config.md section 2)."""
 
 from __future__ import annotations
 

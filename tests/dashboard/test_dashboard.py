@@ -35,6 +35,7 @@ def tmux(tmp_path):
     subprocess.run([*base, "kill-server"], capture_output=True)
 
 
+@pytest.mark.quiet  # measures time on this machine: runs alone
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["long", "short"])
 def test_live_dashboard_in_a_real_terminal(tmux, tmp_path, mode):
@@ -237,6 +238,7 @@ def test_dash_no_is_plain_even_on_a_terminal():
     assert isinstance(make_dashboard("no", FakeTTY()), PlainDashboard)
 
 
+@pytest.mark.quiet  # measures time on this machine: runs alone
 def test_redraws_are_throttled_and_events_are_cheap():
     stream = FakeTTY()
     sink = make_dashboard("long", stream)

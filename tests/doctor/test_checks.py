@@ -137,6 +137,19 @@ def test_only_the_devices_this_process_may_use(fake_nvml, monkeypatch):
     assert by_check(found)["power_limit"].subject == "gpu2-3"
 
 
+def test_fake_gpus_are_not_checked_and_a_bad_setting_fails(fake_nvml, monkeypatch):
+    """The fake GPUs (benchkit's parser) stand in for NVML: one ok finding; a value the
+    parser refuses is a failure naming the variable and its form, not a crash."""
+    monkeypatch.setenv("MILABENCH_FAKE_GPUS", "cuda:2:1000")
+    (found,) = health.nvidia_findings()
+    assert (found.check, found.severity) == ("gpus", health.OK)
+    assert found.reason == "2 fake cuda devices (MILABENCH_FAKE_GPUS): not checked"
+    monkeypatch.setenv("MILABENCH_FAKE_GPUS", "cuda")
+    (found,) = health.nvidia_findings()
+    assert found.severity == health.FAIL
+    assert found.reason.startswith("MILABENCH_FAKE_GPUS='cuda': wrong number of fields; expected")
+
+
 def test_clock_event_names_follow_the_module_constants(fake_nvml):
     mask = fake_nvml.nvmlClocksEventReasonSwPowerCap | fake_nvml.nvmlClocksEventReasonGpuIdle
     assert health.clock_event_names(mask, fake_nvml) == ["gpu_idle", "sw_power_cap"]

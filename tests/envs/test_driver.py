@@ -1,17 +1,17 @@
-"""The NVIDIA driver against the CUDA runtime of the pinned wheels (issue 13, item 4):
+"""The NVIDIA driver against the CUDA runtime of the pinned wheels:
 one line naming both versions, before an install and before a run. The driver is the
 fake `pynvml` of tests/fakes (550.54.15, CUDA 12.4), the only mock: no GPU here. A runtime
 of the driver's CUDA major version runs (minor-version compatibility)."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fakenvml import fake_pynvml
 
 from milabench.config.entry import Entry
 from milabench.envs import MARKER_NAME, driver
@@ -78,17 +78,11 @@ def test_install_stops_before_installing_with_one_line(tmp_path):
 
 @pytest.fixture
 def fake_nvml(monkeypatch):
-    monkeypatch.syspath_prepend(str(FAKES))
-    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
-    for name in ("MILABENCH_FAKE_GPUS", "MILABENCH_GPU_ARCH", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
     from milabench.monitor.accelerators import detect
 
-    importlib.import_module("pynvml")
-    assert detect(refresh=True).arch == "cuda"
-    yield
-    sys.modules.pop("pynvml", None)
-    detect(refresh=True)
+    for module in fake_pynvml(monkeypatch):
+        assert detect(refresh=True).arch == "cuda"
+        yield module
 
 
 def test_run_checks_the_installed_runtime(tmp_path, fake_nvml):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from milabench.envs.helperlib import helper_sources, package_hash, site_packages
 from milabench.envs.marker import MARKER_NAME
 
 
@@ -77,12 +78,42 @@ def test_benchkit_importable_without_orchestrator_dependencies(mb):
         mb.base,
         "alpha",
         (
-            "import benchkit.channel, benchkit.datasets, importlib.util as u\n"
+            "import benchkit.channel, benchshared.datasets, importlib.util as u\n"
             "print([m for m in ('milabench', 'omegaconf', 'yaml', 'asyncssh') if u.find_spec(m)])"
         ),
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_fresh_environment_has_this_checkouts_benchshared(mb):
+    """A new environment gets a copy of benchshared beside benchkit: every module imports
+    there with the standard library alone, the install's validation imports it, and the
+    marker records the content the copy was made from."""
+    assert mb("install", "--select", "alpha").returncode == 0
+    proc = python_in(
+        mb.base,
+        "alpha",
+        (
+            "import sys, benchshared, benchshared.datasets, benchshared.vision, benchshared.vit\n"
+            "print(benchshared.__file__)\n"
+            "print(sorted(m for m in ('torch', 'PIL', 'numpy', 'milabench') if m in sys.modules))"
+        ),
+    )
+    assert proc.returncode == 0, proc.stderr
+    where, heavy = proc.stdout.splitlines()
+    copy = site_packages(venv(mb.base, "alpha")) / "benchshared"
+    assert Path(where) == copy / "__init__.py"
+    assert heavy == "[]"
+    source = helper_sources()["benchshared"]
+    assert source.parts[-3:] == ("benchmarks", "_shared", "benchshared")
+    assert package_hash(copy) == package_hash(source)
+    marker = json.loads((venv(mb.base, "alpha") / MARKER_NAME).read_text())
+    assert marker["inputs"]["benchshared"] == package_hash(source)
+    assert marker["inputs"]["benchkit"] == package_hash(helper_sources()["benchkit"])
+    (logs,) = install_logs(mb.base)
+    checked = [ln for ln in (logs / "alpha.stdout").read_text().splitlines() if "validation:" in ln]
+    assert checked and '"benchshared": ""' in checked[-1], checked
 
 
 def test_repeat_install_is_a_fast_no_op(mb):

@@ -1,8 +1,8 @@
 """Real installs from this machine's pip sources: CPU torch (find-links) and voir (index).
 
-These are the acceptance checks of the environment issue at small scale: the torch
-group gets ``torch==2.13.0+cpu`` through the forwarded pip find-links, a repeat install
-is an "up to date" no-op under 2 s, and ``milabench dev`` sees the group's torch.
+The install contract at small scale: the torch group gets ``torch==2.13.0+cpu`` through
+the forwarded pip find-links, a repeat install is an "up to date" no-op under 2 s, and
+``milabench dev`` sees the group's torch.
 """
 
 from __future__ import annotations

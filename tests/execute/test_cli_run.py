@@ -35,6 +35,7 @@ def data_events(path):
     return list(read_events(path))
 
 
+@pytest.mark.quiet  # measures time on this machine: runs alone
 @pytest.mark.slow
 def test_sigint_during_run(tmp_path, mark):
     env = dict(os.environ, MILABENCH_TEST_MARK=mark, MILABENCH_DASH="no")
@@ -240,9 +241,10 @@ def test_matrix_and_machine(tmp_path):
     assert "hf_secret" not in machine.stdout
 
 
+@pytest.mark.quiet  # measures time on this machine: runs alone
 @pytest.mark.slow
 def test_fault_suite_through_the_command_line(tmp_path, mark):
-    """Issue 4's fault suite, run as a user would; the option run.grace from the env."""
+    """suites/faults.yaml, run as a user would; the option run.grace from the env."""
     env = dict(os.environ, MILABENCH_RUN_GRACE="1")
     t0 = time.monotonic()
     proc = milabench(
@@ -280,6 +282,7 @@ def test_fault_suite_through_the_command_line(tmp_path, mark):
     assert took < 30  # hangs: 2 s + 1 s grace, not 5 s
 
 
+@pytest.mark.quiet  # measures time on this machine: runs alone
 def test_gap_between_benchmarks_is_small(tmp_path):
     milabench("run", "--select", "noop", "--repeat", "4", "--run-name", "gap", base=tmp_path)
     run = tmp_path / "runs" / "gap"

@@ -1,4 +1,4 @@
-"""GPU-path correctness that can be checked without a GPU (issue 13, item 4): collective
+"""GPU-path correctness that can be checked without a GPU: collective
 backend names torch accepts, device selection through an inherited restriction (indexes,
 GPU and MIG UUIDs), PCI bus order, and the NVML back-end against a fake `pynvml` that has
 the real module's interface (checked against the installed nvidia-ml-py)."""
@@ -9,12 +9,13 @@ import importlib
 import sys
 from pathlib import Path
 
+import fakenvml
 import pytest
 
 from milabench.config.entry import Entry
 from milabench.config.placeholders import CCL, placeholder_values
 from milabench.plan.environment import benchmark_env, inherited_devices, selection_value
-from milabench.plan.nodes import PerGPU, Script
+from milabench.plan.tree import PerGPU, Script
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 
@@ -67,15 +68,7 @@ def test_every_process_knows_the_node_gpu_count():
 @pytest.fixture
 def fake_pynvml(monkeypatch):
     """The fake module imported as `pynvml` (the real one stays importable by path)."""
-    monkeypatch.syspath_prepend(str(FAKES))
-    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
-    module = importlib.import_module("pynvml")
-    assert Path(module.__file__).parent == FAKES
-    monkeypatch.setattr(module, "DEVICES", module.h100_node(8))
-    for name in ("MILABENCH_FAKE_GPUS", "MILABENCH_GPU_ARCH", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
-    yield module
-    sys.modules.pop("pynvml", None)
+    yield from fakenvml.fake_pynvml(monkeypatch, devices=8)
 
 
 def test_fake_pynvml_has_the_real_modules_interface(monkeypatch):
@@ -93,7 +86,8 @@ def test_fake_pynvml_has_the_real_modules_interface(monkeypatch):
 
 
 def test_nvml_back_end_counts_only_the_visible_devices(fake_pynvml, monkeypatch):
-    from milabench.monitor.accelerators import NVMLAccelerators, detect
+    from benchkit.accelerators import NVMLAccelerators
+    from milabench.monitor.accelerators import detect
 
     found = detect(refresh=True)
     assert isinstance(found, NVMLAccelerators) and found.count == 8
@@ -115,9 +109,9 @@ def test_nvml_back_end_counts_only_the_visible_devices(fake_pynvml, monkeypatch)
 
 
 def test_benchkit_sampler_follows_the_same_restriction(fake_pynvml, monkeypatch):
-    from benchkit.monitors import NVMLSampler
+    from benchkit.accelerators import NVMLAccelerators
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{fake_pynvml.DEVICES[2].uuid},7")
-    sampler = NVMLSampler()
+    sampler = NVMLAccelerators.probe()
     assert [h.index for h in sampler.handles.values()] == [2, 7]
     assert set(sampler.sample()) == {"0", "1"}

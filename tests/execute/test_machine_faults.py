@@ -1,4 +1,4 @@
-"""Faults of the machine, not of a benchmark (issue 17): an unwritable --base, a report
+"""Faults of the machine, not of a benchmark: an unwritable --base, a report
 written into a missing folder, a disk that fills up during a run. Each is one line
 naming the path, never a traceback, and leaves nothing running. Real `milabench`."""
 

@@ -22,7 +22,7 @@ from milabench.plan import (
     with_repeat,
 )
 from milabench.plan.environment import benchmark_env, selection_value
-from milabench.plan.nodes import voir_flags
+from milabench.plan.tree import voir_flags
 
 from .conftest import BENCHMARKS, cpu_system, make_entry
 
@@ -189,7 +189,12 @@ def test_repeat_tags_and_unknown_method(tmp_path):
         build_plan(load_pack(bad, cpu_system()))
 
 
-def test_wrapper_and_registry(tmp_path):
+def test_wrapper_and_registry(tmp_path, monkeypatch):
+    import milabench.plan
+
+    # the method table is the process's: a copy for this test, restored after it
+    monkeypatch.setattr(milabench.plan, "_METHODS", dict(milabench.plan._METHODS))
+
     class Prefix(Wrapper):
         def wrap(self, spec):
             return [spec.evolve(argv=["nice", *spec.argv], tag=[*spec.tag, n]) for n in "ab"]

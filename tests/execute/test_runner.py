@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from milabench.events import read_events
-from milabench.execute.runner import INTERRUPTED, TIMEOUT, run_specs, run_specs_sync
+from milabench.events import RC_INTERRUPTED, RC_TIMEOUT, read_events
+from milabench.execute.runner import Ending, Outcome, run_specs, run_specs_sync
 from milabench.execute.suite import run_suite
 from milabench.plan.spec import ProcessSpec
 from milabench.sinks.runfiles import RunFileSink
@@ -58,7 +58,7 @@ def test_fault_suite(tmp_path, mark):
 
     # hangs: stopped at max_duration, orphaned grandchild (setsid, ignores SIGTERM) killed
     ev = events_of(run_dir, "hangs.D0")
-    assert ev[-1]["data"]["return_code"] == TIMEOUT
+    assert ev[-1]["data"]["return_code"] == RC_TIMEOUT
     assert any(e["event"] == "message" and "timeout" in e["data"]["message"] for e in ev)
     assert any(e["event"] == "line" and e["data"].startswith("grandchild") for e in ev)
 
@@ -105,6 +105,9 @@ def test_fault_suite(tmp_path, mark):
     assert "stop" in kinds(ev)
     assert ev[-1]["data"]["early_stop"] is True
     assert by_name["earlystop"].succeeded
+    assert [o.ending for o in by_name["earlystop"].outcomes] == [Ending.EARLY_STOP]
+    assert [o.ending for o in by_name["hangs"].outcomes] == [Ending.TIMEOUT]
+    assert [o.ending for o in by_name["raises"].outcomes] == [Ending.EXITED]
 
     # no process started by the suite survives
     assert wait_no_marked(mark, timeout=1.0) == []
@@ -134,7 +137,9 @@ def test_interrupt_stops_every_process(tmp_path, mark):
     assert took < 5
     assert [r.name for r in results] == ["slowstart"]  # the suite stops, healthy never ran
     ev = events_of(run_dir, "slowstart.D0")
-    assert ev[-1]["data"]["return_code"] == INTERRUPTED
+    assert ev[-1]["data"]["return_code"] == RC_INTERRUPTED
+    assert results[0].status == "interrupted"
+    assert [o.ending for o in results[0].outcomes] == [Ending.INTERRUPTED]
     assert any(e["event"] == "data" for e in ev)
     assert marked_processes(mark) == []
 
@@ -159,6 +164,7 @@ def test_smuggled_channel_and_start_failure(tmp_path):
     sink = Collect()
     outcomes = run_specs_sync(specs, [sink])
     assert [o.return_code for o in outcomes] == [0, 127]
+    assert [o.ending for o in outcomes] == [Ending.EXITED, Ending.NOT_STARTED]
     s0 = [e for t, e in sink.events if t == "s.0"]
     assert [e["data"] for e in s0 if e["event"] == "data" and "process_tree" not in e["data"]] == [
         {"task": "train", "rate": 3.0}
@@ -213,7 +219,8 @@ def test_timeout_kills_sigterm_ignoring_group(tmp_path, mark):
     sink = Collect()
     t0 = time.monotonic()
     (outcome,) = asyncio.run(run_specs([spec], [sink], grace=0.5))
-    assert outcome.return_code == TIMEOUT
+    assert outcome.return_code == RC_TIMEOUT and outcome.ending is Ending.TIMEOUT
+    assert not outcome.succeeded and not outcome.early_stop
     assert time.monotonic() - t0 < 4
     assert marked_processes(mark) == []
 
@@ -243,3 +250,29 @@ def test_leftover_daemon_after_normal_exit(tmp_path, mark):
     lines = [e["data"] for _, e in sink.events if e["event"] == "line"]
     assert "daemon" in lines and "leader done" in lines
     assert marked_processes(mark) == []
+
+
+def test_outcome_is_one_value_and_makes_the_end_record():
+    """The ending decides the return code, the verdict and the ``end`` record; values
+    that contradict their ending are refused."""
+    exited = Outcome("a", Ending.EXITED, 3)
+    assert (exited.return_code, exited.succeeded) == (3, False)
+    assert exited.end_record(["x"])["return_code"] == 3
+    assert "early_stop" not in exited.end_record(["x"])
+    early = Outcome("a", Ending.EARLY_STOP, -9, early_stop=True)
+    assert early.succeeded and early.end_record(["x"])["early_stop"] is True
+    late = Outcome("a", Ending.INTERRUPTED, early_stop=True)  # stop came while stopping
+    assert late.return_code == RC_INTERRUPTED and not late.succeeded
+    assert late.end_record(["x"])["early_stop"] is True
+    assert Outcome("a", Ending.TIMEOUT).return_code == RC_TIMEOUT
+    assert Outcome("a", Ending.NOT_STARTED, 127).return_code == 127
+    with pytest.raises(ValueError, match="needs exit code"):
+        Outcome("a", Ending.EXITED)
+    with pytest.raises(ValueError, match="has no exit code"):
+        Outcome("a", Ending.TIMEOUT, 0)
+    with pytest.raises(ValueError, match="early_stop=False"):
+        Outcome("a", Ending.EARLY_STOP, 0)
+    with pytest.raises(ValueError, match="early_stop=True"):
+        Outcome("a", Ending.EXITED, 0, early_stop=True)
+    with pytest.raises(AttributeError):
+        exited.exit_code = 0  # frozen

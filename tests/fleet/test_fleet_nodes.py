@@ -32,7 +32,7 @@ from fleetcluster import (
 from sshnodes import closed_port
 from systemtools import cannot_run_here
 
-from milabench.report.fleet import FleetThresholds, build_fleet_report, load_fleet
+from milabench.fleet.report import FleetThresholds, build_fleet_report, load_fleet
 
 FLEET_TIMEOUT = 900  # seconds: a generous bound for a loaded 2-core machine
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.timeout(FLEET_TIMEOUT + 300)]
@@ -61,6 +61,7 @@ def _run_files(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
 
 
+@pytest.mark.quiet  # compares the nodes' rates: runs alone
 def test_fleet_flags_exactly_the_throttled_node(fleet_cluster, tmp_path):
     """(i) One command, three nodes, one throttled by its cgroup: flagged alone, exit 1."""
     c = fleet_cluster
@@ -104,6 +105,7 @@ def test_fleet_flags_exactly_the_throttled_node(fleet_cluster, tmp_path):
     assert_nothing_left(c, c.node0, c.node1, c.node2)
 
 
+@pytest.mark.quiet  # compares the nodes' rates: runs alone
 def test_fleet_without_throttle_passes(fleet_cluster, tmp_path):
     """(ii)+(iv) The same three nodes, node2 given the healthy quota: nothing flagged,
     exit 0. The nodes

@@ -4,13 +4,13 @@ one `.point` per stored run, the change point marked, filters that hide series."
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from headless import external_urls, open_page  # noqa: E402
 from nightly_runs import NightlyRuns, milabench, nightly_runs  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -29,32 +29,11 @@ def site(runs: NightlyRuns, tmp_path_factory) -> Path:
     return out
 
 
-def open_page(chromium: str, url: str, profile: Path) -> tuple[str, list[str]]:
-    """(DOM after the scripts ran, console messages) of a page."""
-    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                           f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-                           "--dump-dom", url], capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
-    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
-    return proc.stdout, console
-
-
-def test_console_errors_are_seen(chromium: str, tmp_path: Path):
-    # the check below is only worth something if a page error does show up
-    bad = tmp_path / "bad.html"
-    bad.write_text("<html><body><script>missingFunction();</script></body></html>")
-    _dom, console = open_page(chromium, bad.as_uri(), tmp_path / "profile")
-    assert any("missingFunction" in line for line in console), console
-
-
 def test_pages_render_offline_without_errors(chromium: str, site: Path, tmp_path: Path):
     index_html = (site / "index.html").read_text()
     bench_html = (site / "bench-paced.html").read_text()
     for html in (index_html, bench_html):  # nothing to fetch: no external asset or link
-        assert "<link" not in html and " src=" not in html
-        assert re.findall(r"https?://[^\s\"'<]+", html) == ["http://www.w3.org/2000/svg"] * (
-            html.count('xmlns="http://www.w3.org/2000/svg"')
-        )
+        assert external_urls(html) == []
     dom, console = open_page(chromium, (site / "index.html").as_uri(), tmp_path / "p1")
     assert console == [], console
     assert 'data-ready="1"' in dom  # the inline script ran to its end

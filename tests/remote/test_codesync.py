@@ -240,6 +240,7 @@ def test_code_lands_under_the_worker_base(isolated, tmp_path, worker):
     assert layout.remote_path(bench / "sub" / "weights.bin") == str(copy / "sub" / "weights.bin")
     pkg = Path(layout.package_dir)
     assert (pkg / "milabench" / "__init__.py").is_file() and (pkg / "benchkit").is_dir()
+    assert (pkg / "benchshared" / "vision.py").is_file()
     assert (pkg / "pyproject.toml").is_file()
     stamp = json.loads((pkg / ".milabench-code.json").read_text())
     assert stamp["run_id"] == "run-1" and stamp["version"]

@@ -14,7 +14,7 @@ from milabench.plan.multinode import (
     select_nodes,
     unmet_nodes,
 )
-from milabench.plan.nodes import Script
+from milabench.plan.tree import Script
 
 
 def _system(n=3, **extra):

@@ -16,8 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from synth import entry, write_file  # noqa: E402
 
+from milabench.compare.comparison import compare_samples, samples_of  # noqa: E402
 from milabench.report import build_report, render  # noqa: E402
-from milabench.report.compare import compare_samples, samples_of  # noqa: E402
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from clirun import milabench
 
 from milabench.errors import UsageError
 from milabench.events import DATA_FORMAT_VERSION, FORMAT_KEY, read_events
+from milabench.history.store import MIGRATIONS, STORE_SCHEMA_VERSION, Store
 from milabench.report.build import build_report
 from milabench.report.render_tables import (
     REPORT_SCHEMA_VERSION,
@@ -24,7 +25,6 @@ from milabench.report.render_tables import (
     report_dict,
 )
 from milabench.report.runs import read_run_dir
-from milabench.report.store import MIGRATIONS, STORE_SCHEMA_VERSION, Store
 from milabench.sinks.runfiles import RunFileSink
 
 sys.path.insert(0, str(Path(__file__).parent))

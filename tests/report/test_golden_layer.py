@@ -1,4 +1,4 @@
-"""Golden outputs (issue 15, item 4): a device that is fast but wrong fails the run.
+"""Golden outputs: a device that is fast but wrong fails the run.
 
 Benchmarks write `{"task": "golden", "golden": {...}}` records (`benchkit.golden`); the
 `golden` validation layer, on by default, fails when one says ``passed: false``, with

@@ -1,4 +1,5 @@
-"""The HTML report drawn by a real headless Chromium: non-blank, plots present, offline."""
+"""The HTML report drawn by a real headless Chromium: non-blank, no console error, tables
+and plots present, offline."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from milabench.report import build_report, render
 
 sys.path.insert(0, str(Path(__file__).parent))
+from headless import external_urls, open_page  # noqa: E402
 from synth import entry, write_file  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -84,9 +86,13 @@ def test_html_report_renders_in_chromium(chromium, real_runs, tmp_path):
                     if row[i : i + 3] != b"\xff\xff\xff")  # fmt: skip
     assert len(pixels) > 20, "screenshot is blank"
     assert non_white > 2000
-    # the rendered DOM has the plots and their drawn elements
-    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=180).stdout  # fmt: skip
+    assert external_urls(page.read_text()) == []
+    # the rendered DOM has the tables, the plots and their drawn elements, and no error
+    dom, console = open_page(chromium, page, tmp_path / "profile-dom")
+    assert console == [], console
+    assert '<table class="breakdown">' in dom
+    for bench in ("steady", "steady-jobs", "broken", "gpubench"):
+        assert f"<td>{bench}</td>" in dom and f'id="bench-{bench}"' in dom
     # steady, steady-jobs, broken (its steps before the crash), gpubench
     assert dom.count('class="plot plot-throughput"') == 4
     assert 'class="plot plot-load"' in dom and 'class="plot plot-memory"' in dom

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from milabench.monitor.accelerators import FakeAccelerators
+from benchkit.accelerators import FakeAccelerators
 from milabench.report import build_report, render
 from milabench.report.aggregate import count_devices
 from milabench.report.efficiency import PeakTableError, load_peaks, parse_peaks

@@ -1,4 +1,4 @@
-"""Honest overhead (issue 16): what the instrumentation cost, and scripts that never measured.
+"""Honest overhead: what the instrumentation cost, and scripts that never measured.
 
 Benchmarks measured from outside (a voirfile's probes on a third-party script) write one
 `overhead` record at the end of the run; the report shows its fraction of a step in every

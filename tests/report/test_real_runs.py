@@ -174,7 +174,7 @@ def test_store_import_is_idempotent_and_baseline_from_store(real_runs, tmp_path)
     proc = milabench("store", "import", str(real_runs["aa1"]), str(real_runs["full"]), "--url", url)
     assert proc.returncode == 0, proc.stderr
     assert "aa1: imported 2 benchmark(s)" in proc.stdout
-    from milabench.report.store import Store
+    from milabench.history.store import Store
 
     with Store(url) as store:
         counts = [store.count(t) for t in ("mb_runs", "mb_results", "mb_samples")]
@@ -183,7 +183,7 @@ def test_store_import_is_idempotent_and_baseline_from_store(real_runs, tmp_path)
     with Store(url) as store:
         assert [store.count(t) for t in ("mb_runs", "mb_results", "mb_samples")] == counts
         assert counts[0] == 2 and counts[2] > 40
-    proc = milabench("store", "history", "steady", "--url", url)
+    proc = milabench("history", "--method", "outliers", "--bench", "steady", "--url", url)
     assert proc.returncode == 0 and "aa1" in proc.stdout
     # the stored run as a baseline
     proc = milabench("compare", "--baseline", "aa1", str(real_runs["slow"]), "--url", url)

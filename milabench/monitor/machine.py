@@ -1,0 +1,147 @@
+"""The facts of one machine (CPU, memory, OS, Python, accelerators) as one record.
+
+`machine_facts()` is the one probe of them. The `meta` record of every run reads it
+(`milabench.metadata`), and so do `milabench preflight` (`milabench.remote.probe`) and
+`milabench fleet` (`milabench.remote.facts`), which run this very module on each node
+(`SHIPPED_MODULES`, sent with `milabench.monitor.inline`). So it needs the standard library
+and `benchkit.accelerators` only. The record::
+
+    {"python": "3.11.7", "executable": "/usr/bin/python3",
+     "cpu": {"count": 64, "brand": "AMD EPYC 7543 32-Core Processor"},
+     "memory": {"total": 1081909821440},                       # bytes, None if unknown
+     "os": {"sysname", "nodename", "release", "version", "machine"},
+     "accelerators": {"arch": "cuda", "gpus": {"0": device, ...}, "system": {...}}}
+
+``gpus`` maps the visible index to `benchkit.accelerators` device (``product``,
+``memory.total`` in MiB, ...), ``system`` is its ``system_info()`` (back-end, count,
+``driver_version``); a back-end that fails gives ``arch: "unknown"`` and the ``error``
+instead: reading facts never stops a run.
+
+`git_head` (the commit of a clone, read without git) is here for the same reason: the
+`meta` record names the tool's commit, and the fleet's node probe the commit of the code
+pushed to the node.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from benchkit import accelerators
+
+#: What a node needs to run `machine_facts` (in import order), for `inline_program`.
+SHIPPED_MODULES = ("benchkit.smi", "benchkit.accelerators", "milabench.monitor.machine")
+
+
+def cpu_brand() -> str:
+    """The CPU model (``model name`` of /proc/cpuinfo, else what `platform` says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def memory_total() -> int | None:
+    """The machine's memory in bytes (``MemTotal`` of /proc/meminfo), None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def accelerator_facts() -> dict[str, Any]:
+    """``{"arch", "gpus", "system"}`` of `benchkit.accelerators.detect` (``error`` and
+    no device when it fails, a setting it cannot read included)."""
+    try:
+        found = accelerators.detect()
+        gpus = {str(d.get("index", i)): d for i, d in enumerate(found.devices())}
+        return {"arch": found.arch, "gpus": gpus, "system": found.system_info()}
+    except Exception as err:  # noqa: BLE001 - facts must never stop a run
+        return {"arch": "unknown", "gpus": {}, "system": {}, "error": repr(err)}
+
+
+def machine_facts() -> dict[str, Any]:
+    """The record described above, for the machine this runs on."""
+    uname = os.uname()
+    return {
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "cpu": {"count": os.cpu_count(), "brand": cpu_brand()},
+        "memory": {"total": memory_total()},
+        "os": {
+            "sysname": uname.sysname,
+            "nodename": uname.nodename,
+            "release": uname.release,
+            "version": uname.version,
+            "machine": uname.machine,
+        },
+        "accelerators": accelerator_facts(),
+    }
+
+
+def accelerator_count(facts: Mapping[str, Any]) -> int:
+    """How many accelerators a `machine_facts` record lists."""
+    gpus = (facts.get("accelerators") or {}).get("gpus")
+    return len(gpus) if isinstance(gpus, Mapping) else 0
+
+
+def accelerator_arch(facts: Mapping[str, Any]) -> str | None:
+    """The arch of a `machine_facts` record (None when it has none)."""
+    return (facts.get("accelerators") or {}).get("arch")
+
+
+def git_head(folder: str | os.PathLike[str]) -> str | None:
+    """HEAD of the clone (or `git worktree`) at ``folder``, read from ``.git`` without
+    starting git; None when ``folder`` is not a checkout or its files cannot be read."""
+    try:
+        git = _git_dir(os.path.join(folder, ".git"))
+        with open(os.path.join(git, "HEAD"), encoding="utf-8") as f:
+            head = f.read().strip()
+        if not head.startswith("ref:"):
+            return head or None
+        ref = head.split(None, 1)[1]
+        for base in dict.fromkeys((git, _common_dir(git))):
+            path = os.path.join(base, ref)
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    return f.read().strip() or None
+            packed = os.path.join(base, "packed-refs")
+            if os.path.exists(packed):
+                with open(packed, encoding="utf-8") as f:
+                    for line in f:
+                        if line.rstrip().endswith(" " + ref):
+                            return line.split()[0]
+    except (OSError, IndexError):
+        return None
+    return None
+
+
+def _git_dir(dot_git: str) -> str:
+    """The git directory of a checkout: ``.git`` itself, or where a worktree's or
+    submodule's ``.git`` file points (``gitdir: <path>``)."""
+    if os.path.isdir(dot_git):
+        return dot_git
+    with open(dot_git, encoding="utf-8") as f:
+        target = f.read().strip().removeprefix("gitdir:").strip()
+    return os.path.normpath(os.path.join(os.path.dirname(dot_git), target))
+
+
+def _common_dir(git: str) -> str:
+    """Where a worktree's branches live (its ``commondir`` file), else ``git`` itself."""
+    try:
+        with open(os.path.join(git, "commondir"), encoding="utf-8") as f:
+            return os.path.normpath(os.path.join(git, f.read().strip()))
+    except OSError:
+        return git
+    return None
