@@ -18,7 +18,7 @@ says which nodes a cluster admin should look at, and why:
 * `render_fleet(report, fmt)`: text, markdown, json, html (`fleet/render.py`).
 
 The records (`FleetData`, `FleetReport`, `Flag`, `FleetThresholds`, ...) live in
-`fleet_model.py` so that the renderers read them without importing this module (the
+`fleet/model.py` so that the renderers read them without importing this module (the
 packages' import graph has no cycle); they are re-exported here, the one import callers
 need.
 
@@ -97,6 +97,17 @@ from milabench.report.numbers import fmt_sig
 from milabench.report.render_tables import breakdown_rows
 
 
+def _read_text(path: Path, shown: str) -> str:
+    """The UTF-8 text of ``path``; a file that cannot be read is one `UsageError`
+    starting with ``shown``."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{shown}: not UTF-8 text (a corrupt file?)") from None
+
+
 def load_fleet(folder: str | Path) -> FleetData:
     """Read a fleet folder (fleet.json and every node's run folder).
 
@@ -110,12 +121,7 @@ def load_fleet(folder: str | Path) -> FleetData:
         raise UsageError(f"{folder}: no such fleet folder")
     if not path.is_file():
         raise UsageError(f"{folder}: not a fleet folder (no {FLEET_FILE} in it)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text (a corrupt file?)") from None
+    text = _read_text(path, str(path))
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -901,12 +907,7 @@ def load_baseline(path: str | Path) -> Baseline:
     import yaml
 
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--baseline {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"--baseline {path}: not UTF-8 text") from None
+    text = _read_text(path, f"--baseline {path}")
     try:
         doc = yaml.safe_load(text)  # JSON is YAML: one parser for both
     except yaml.YAMLError as exc:

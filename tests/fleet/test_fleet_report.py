@@ -467,6 +467,19 @@ def test_newer_or_corrupt_fleet_json(tmp_path):
         load_fleet(folder)
     with pytest.raises(UsageError, match="not a fleet folder"):
         load_fleet(tmp_path)
+    (folder / "fleet.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(UsageError, match=r"fleet\.json: not UTF-8 text"):
+        load_fleet(folder)
+    (folder / "fleet.json").unlink()
+    (folder / "fleet.json").mkdir()  # a folder where the file should be: it cannot be read
+    with pytest.raises(UsageError, match="not a fleet folder"):
+        load_fleet(folder)
+    baseline = tmp_path / "base.yaml"
+    baseline.write_bytes(b"\xff\xfe")
+    with pytest.raises(UsageError, match=r"^--baseline .*base\.yaml: not UTF-8 text"):
+        load_baseline(baseline)
+    with pytest.raises(UsageError, match=r"^--baseline .*nowhere\.yaml: cannot read"):
+        load_baseline(tmp_path / "nowhere.yaml")
 
 
 def test_unknown_keys_are_ignored(tmp_path, fleet_runs):
