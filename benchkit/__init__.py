@@ -9,7 +9,8 @@ Modules, by role:
 * writing: `channel` (the data channel: batched `DataWriter`, smuggling codec),
   `records` (the records a step timer writes);
 * settings: `options` (the ``measure`` block, stop/skip/interval/gpu_poll),
-  `stopping` (`StopProgram`, `run_main`, `budget`: exit 0 once the window is over);
+  `stopping` (`StopProgram`, `run_main`, `budget`: exit 0 once the window is over),
+  `exiting` (`run_and_exit`: a clean end without the interpreter's teardown);
 * measuring a loop: `timing` (`TimedIterator`, the front), `meter` (convert, decide,
   write between two steps), `window` (when warm-up and measurement end), `clock` (step
   stamps: device events or host time), `pending` (steps not yet converted), `losses`

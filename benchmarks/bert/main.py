@@ -19,6 +19,7 @@ import argparse
 
 import torch
 
+from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
 from benchkit.synthetic import collate, repeated_loader, to_device
@@ -125,4 +126,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from model import ResNet
 
+from benchkit.exiting import run_and_exit
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, optimizer_step, setup
 from benchshared.datasets import data_dir
@@ -156,4 +157,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
@@ -135,4 +136,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from multicrop import Collate, MultiCropFolder, SyntheticCrops, upperbound
 from torch import nn
 
+from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
@@ -450,4 +451,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -27,6 +27,7 @@ import time
 import torch
 
 from benchkit import golden
+from benchkit.exiting import run_and_exit
 from benchkit.flops import declare_flops
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
@@ -131,4 +132,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -39,6 +39,7 @@ from geometry import use_plain_torch_graph_ops
 from molecules import MoleculeDB, dataset_name
 from prepare import STATS
 
+from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
@@ -233,4 +234,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
 from benchkit.synthetic import collate, repeated_loader, to_device
@@ -252,4 +253,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

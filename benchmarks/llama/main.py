@@ -31,6 +31,7 @@ import itertools
 
 import torch
 
+from benchkit.exiting import run_and_exit
 from benchkit.flops import declare_flops
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
@@ -123,4 +124,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from shapes import SIZES, Shape, data_folder
 
+from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare, declare_flops
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
@@ -340,4 +341,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -53,6 +53,7 @@ from collections.abc import Iterator
 
 import torch
 
+from benchkit.exiting import run_and_exit
 from benchkit.flops import declare_flops
 from benchkit.memory import (
     Footprint,
@@ -424,4 +425,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

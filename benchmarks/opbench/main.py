@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 from benchkit import golden
 from benchkit.channel import default_writer
+from benchkit.exiting import run_and_exit
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, setup
 
@@ -435,4 +436,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

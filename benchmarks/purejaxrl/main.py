@@ -702,4 +702,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from benchkit.exiting import run_and_exit
+
+    run_and_exit(main)

@@ -36,6 +36,7 @@ import torch
 from env import GraphBuildingEnv, States
 from model import GraphTransformerPolicy, LogZ, Proxy, thermometer
 
+from benchkit.exiting import run_and_exit
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import Setup, add_common_arguments, setup
@@ -211,4 +212,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -52,6 +52,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from benchkit.exiting import run_and_exit
 from benchkit.flops import declare_flops
 from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
@@ -573,4 +574,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)
