@@ -15,7 +15,8 @@ against ``[B, 1]`` targets: broadcast to ``B x B`` pairs), Adam. Throughput is g
 
 DimeNet builds its radius graph and triplets with the plain-torch functions of
 `geometry.py` (the compiled pyg-lib / torch-cluster / torch-sparse it would call have no
-wheels for this torch); the model's computation is unchanged.
+wheels for this torch); the model's computation is unchanged. Its sympy bases are
+computed once per machine (`basis_cache.py`: 25 s of a core, before the measurement).
 
 Runs by hand too::
 
@@ -108,9 +109,11 @@ def make_model(args: argparse.Namespace, stats: dict[str, Any]) -> torch.nn.Modu
             scalers=["identity", "amplification", "attenuation"],
             deg=torch.tensor(stats["in_degree_histogram"]),
         )
+    from basis_cache import cache_bases
     from torch_geometric.nn.models import DimeNet
 
     use_plain_torch_graph_ops()
+    cache_bases()
     return DimeNet(
         hidden_channels=args.hidden,
         out_channels=1,
