@@ -7,7 +7,8 @@ without one test disturbing another.
   it waits for the running ones to end. Every other test may share the machine with one
   other. The marker is set on the files of `QUIET_FILES` (`pytest_collection_modifyitems`)
   or by ``@pytest.mark.quiet`` on a test. Quiet tests run at the end of the session,
-  the longest ordinary files (`FIRST_FILES`) at its start.
+  the longest ordinary files (`FIRST_FILES`) at its start, the files reading the shared
+  smoke run (the ``smoke`` fixture) after the ordinary ones.
 * **One apt-get at a time** (`machine_lock`): dpkg takes a lock of its own and a second
   install fails at once instead of waiting.
 
@@ -24,6 +25,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +42,7 @@ QUIET_FILES = frozenset(
         "tests/execute/test_runner.py",
         "tests/execute/test_stress.py",
         "tests/history/test_history_cli.py",  # change points on real paced runs
+        "tests/history/test_site.py",  # the same runs (nightly_runs.py), made alone
         "tests/report/test_real_runs.py",  # A/B of real runs
         "tests/scripts/test_emulated_hosts.py",
         "tests/scripts/test_perf_thirdparty.py",
@@ -55,6 +58,12 @@ FIRST_FILES = (
 )
 
 QUIET = "quiet"
+# The session-scoped fixture of the shared smoke run (tests/benchmarks/smokerun.py): the
+# first test that asks makes the run (minutes) while the others wait for it, so a file
+# that reads it is handed out after the ordinary files, when the run (started first, by
+# test_standard_smoke.py) is made; and its tests may take as long as making it.
+SMOKE_FIXTURE = "smoke"
+SMOKE_TIMEOUT = 2400
 
 
 def _lock_dir() -> Path:
@@ -78,6 +87,38 @@ def machine_lock(name: str) -> Iterator[None]:
         yield
 
 
+# Workers of one session on a big machine: each of the heaviest tests (the smoke run, the
+# memory estimates, three-node fleets) holds several GB of memory and both cores of a
+# small machine; more workers than this only wait for each other.
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (the project's default, pyproject.toml): one worker a CPU, at most
+    `MAX_WORKERS`."""
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+
+
+def _slot_files(run: str) -> tuple[Path, Path]:
+    base = _lock_dir() / f"milabench-tests-{run}"
+    return Path(f"{base}.turnstile.lock"), Path(f"{base}.room.lock")
+
+
+def configure(config: pytest.Config) -> None:
+    """In the session's controller, name the run (xdist's ``--testrunuid``, which the
+    workers read as ``PYTEST_XDIST_TESTRUNUID``) so that `unconfigure` can remove its lock
+    files."""
+    if not hasattr(config, "workerinput") and hasattr(config.option, "testrunuid"):
+        config.option.testrunuid = config.option.testrunuid or uuid.uuid4().hex
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not getattr(config.option, "testrunuid", None):
+        return
+    for path in _slot_files(config.option.testrunuid):
+        path.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def machine_slot(quiet: bool) -> Iterator[None]:
     """Shared use of the machine for an ordinary test, sole use for a quiet one; nothing
@@ -86,8 +127,7 @@ def machine_slot(quiet: bool) -> Iterator[None]:
     if not run:
         yield
         return
-    base = _lock_dir() / f"milabench-tests-{run}"
-    turnstile, room = Path(f"{base}.turnstile.lock"), Path(f"{base}.room.lock")
+    turnstile, room = _slot_files(run)
     with _flock(turnstile, fcntl.LOCK_EX):  # no new test gets in while a quiet one waits
         handle = open(room, "a")  # noqa: SIM115 - released in the finally below
         fcntl.flock(handle, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
@@ -98,21 +138,23 @@ def machine_slot(quiet: bool) -> Iterator[None]:
         handle.close()
 
 
-def _order(rel: str, quiet: bool) -> int:
+def _order(rel: str, reads_smoke: bool, quiet: bool) -> int:
     if rel in FIRST_FILES:
         return FIRST_FILES.index(rel)
-    return len(FIRST_FILES) + (1 if quiet else 0)
+    return len(FIRST_FILES) + (2 if quiet else 1 if reads_smoke else 0)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests of `QUIET_FILES`, then order the session: `FIRST_FILES`, the ordinary
-    files, the files holding a quiet test last. A quiet test waits for the other worker's
+    """Mark the tests of `QUIET_FILES`, give the smoke run's readers its time limit, then
+    order the session: `FIRST_FILES`, the ordinary files, the files reading the smoke
+    run, the files holding a quiet test last. A quiet test waits for the other worker's
     test to end, so it must not start while a long first file still runs; and under
     ``--dist loadfile`` a file is handed out whole, where its first test stands. The order
     within each part is kept, and xdist hands files to the workers in this order."""
     root = Path(str(config.rootpath))
     rel_of: dict[str, str] = {}
     quiet_files: set[str] = set()
+    smoke_files: set[str] = set()
     for item in items:
         try:
             rel = Path(str(item.path)).resolve().relative_to(root).as_posix()
@@ -122,8 +164,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(QUIET)
         if item.get_closest_marker(QUIET) is not None:
             quiet_files.add(rel)
+        if SMOKE_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(SMOKE_TIMEOUT), append=False)
+            item.add_marker(pytest.mark.slow)
+            smoke_files.add(rel)
         rel_of[item.nodeid] = rel
-    items.sort(key=lambda item: _order(rel_of[item.nodeid], rel_of[item.nodeid] in quiet_files))
+    items.sort(
+        key=lambda item: _order(rel := rel_of[item.nodeid], rel in smoke_files, rel in quiet_files)
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

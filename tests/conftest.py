@@ -10,18 +10,26 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import concurrency  # noqa: E402
+import systemtools  # noqa: E402
 from concurrency import (  # noqa: E402, F401  (the hooks are registered by being here)
     pytest_collection_modifyitems,
     pytest_runtest_protocol,
     pytest_sessionstart,
+    pytest_unconfigure,
+    pytest_xdist_auto_num_workers,
 )
 from systemtools import (  # noqa: E402, F401  (the hooks are registered by being here)
     find,
-    pytest_configure,
     pytest_make_collect_report,
     pytest_runtest_makereport,
     require,
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    systemtools.pytest_configure(config)
+    concurrency.configure(config)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,8 @@ import pytest
 
 from benchkit.channel import SmuggleDecoder
 
+from .smokerun import SmokeRun, smoke_run
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -105,3 +107,11 @@ def run_smuggled(argv: list[str], env: dict[str, str], cwd: Path, timeout: float
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def smoke(tmp_path_factory) -> SmokeRun:
+    """The standard smoke suite run once per session, shared by the workers (smokerun.py):
+    a file with a test that asks for it is handed out after the ordinary files
+    (`concurrency.SMOKE_FIXTURE`), so that it starts once the run is made."""
+    return smoke_run(tmp_path_factory)

@@ -1,6 +1,8 @@
 """benchmarks/diffusion at tiny sizes on CPU: the training step in one process and over two
-torchrun ranks (gloo, DDP on the UNet only), generation with guidance, the frozen text
-encoder and VAE left untouched, and the FLOPs declaration."""
+torchrun ranks (gloo, DDP on the UNet only), generation with guidance and the FLOPs
+declaration, read from the session's smoke run (its `diffusion-single`, `diffusion-gpus`
+and `sd15-txt-to-image` entries); the frozen text encoder and VAE left untouched, and
+SD2's shapes."""
 
 from __future__ import annotations
 
@@ -8,49 +10,46 @@ import importlib.util
 
 import pytest
 
-from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
-from .test_llm_finetune import torchrun
-from .test_mains import check_budget
+from .conftest import BENCHMARKS
+from .smokerun import SmokeRun
 
 pytest.importorskip("diffusers")
-TINY = ["--size", "tiny", "--precision", "fp32", "--device", "cpu"]
+MAIN = "benchmarks/diffusion/main.py"
 
 
-@pytest.mark.slow
-def test_train_one_process(python):
-    run = run_with_pipe(
-        [python, "main.py", *TINY, "--batch-size", "4"], bench_env(stop=3, skip=1),
-        BENCHMARKS / "diffusion",
-    )  # fmt: skip
-    check_budget(run, 3, "items/s")
-    decl = [r for r in run.records if "flops_per_item" in r]
+def test_train_one_process(smoke: SmokeRun):
+    """Reads the session's smoke run (entry ``diffusion-single``: tiny, fp32, batch 4)."""
+    entry = "diffusion-single"
+    assert smoke.command(entry)[1].endswith(MAIN)
+    assert "--task" not in smoke.command(entry)  # the default task: train
+    smoke.check_measured(entry, "items/s")
+    decl = smoke.declared_flops(entry)
     assert len(decl) == 1 and decl[0]["flops_source"] == "counted"
+    assert "diffusion: train tiny UNet" in smoke.stdout_of(entry)
 
 
-@pytest.mark.slow
-def test_train_two_ranks(python):
-    run = run_smuggled(
-        [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *TINY,
-         "--batch-size", "2", "--backend", "gloo"],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "diffusion",
-    )  # fmt: skip
-    check_budget(run, 3, "items/s")
-    assert "x 2, fp32 on cpu" in run.stdout and len(run.events("stop")) == 1
-    assert "terminate called" not in run.stderr
+def test_train_two_ranks(smoke: SmokeRun):
+    """Reads the session's smoke run (entry ``diffusion-gpus``: torchrun, 2 gloo ranks)."""
+    entry = "diffusion-gpus"
+    command = smoke.command(entry)
+    assert "--nproc-per-node=2" in command and any(c.endswith(MAIN) for c in command)
+    assert smoke.option(entry, "--backend") == "gloo"
+    smoke.check_measured(entry, "items/s")
+    assert "x 2, fp32 on cpu" in smoke.stdout_of(entry)
+    assert len(smoke.event_data(entry, "stop")) == 1
+    assert "terminate called" not in smoke.stderr_of(entry)
 
 
-@pytest.mark.slow
-def test_generate(python):
-    run = run_with_pipe(
-        [python, "main.py", *TINY, "--task", "generate", "--batch-size", "2",
-         "--inference-steps", "2"],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "diffusion",
-    )  # fmt: skip
-    check_budget(run, 3, "items/s", loss=False)
-    assert "2 steps, guidance 7.5" in run.stdout
-    assert [r["flops_source"] for r in run.records if "flops_per_item" in r] == ["counted"]
+def test_generate(smoke: SmokeRun):
+    """Reads the session's smoke run (entry ``sd15-txt-to-image``: ``--task generate``,
+    tiny, batch 2, 4 inference steps)."""
+    entry = "sd15-txt-to-image"
+    assert smoke.command(entry)[1].endswith(MAIN)
+    assert smoke.option(entry, "--task") == "generate"
+    steps = smoke.option(entry, "--inference-steps")
+    smoke.check_measured(entry, "items/s", loss=False)
+    assert f"{steps} steps, guidance 7.5" in smoke.stdout_of(entry)
+    assert [r["flops_source"] for r in smoke.declared_flops(entry)] == ["counted"]
 
 
 def test_frozen_networks_stay_frozen():

@@ -1,9 +1,11 @@
-"""The graph benchmarks (geo_gnn: pna and dimenet; recursiongfn) run for real at tiny
-sizes and report through the data channel; their plain-torch graph code agrees with
-brute force.
+"""The graph benchmarks (geo_gnn: pna and dimenet; recursiongfn) at tiny sizes report
+through the data channel; their plain-torch graph code agrees with brute force.
 
-Each run checks: rate records in the benchmark's unit, finite losses, the counted FLOPs
-declaration, and the ``stop`` event (exact step counts, see conftest.bench_env)."""
+The training runs are the session's smoke run's (its `pna`, `dimenet` and `recursiongfn`
+entries, loading in the training process); PNA with a loader worker, which the smoke does
+not run, is run here (exact step counts, see conftest.bench_env). Each run checks: rate
+records in the benchmark's unit, finite losses, the counted FLOPs declaration, and the
+``stop`` event."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from types import ModuleType
 import pytest
 
 from .conftest import BENCHMARKS, bench_env, run_with_pipe
+from .smokerun import SmokeRun
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
@@ -35,6 +38,13 @@ def load(path: Path, name: str) -> ModuleType:
     return module
 
 
+def check_losses_and_flops(losses: list[float], flops: list[dict], min_flops: float) -> None:
+    assert losses and all(math.isfinite(x) and x >= 0 for x in losses)
+    assert len(flops) == 1, flops
+    assert flops[0]["flops_source"] == "counted" and flops[0]["precision"] == "fp32"
+    assert flops[0]["flops_per_item"] > min_flops
+
+
 def check_run(run, units: str, min_flops: float = 1e4) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     rates = run.rates()
@@ -42,19 +52,15 @@ def check_run(run, units: str, min_flops: float = 1e4) -> None:
     assert all(r["units"] == units and r["rate"] > 0 for r in rates)
     stops = run.events("stop")
     assert len(stops) == 1 and stops[0]["$data"]["observations"] == STOP
-    losses = run.losses()
-    assert losses and all(math.isfinite(x) and x >= 0 for x in losses)
     flops = [r for r in run.records if "flops_per_item" in r]
-    assert len(flops) == 1, flops
-    assert flops[0]["flops_source"] == "counted" and flops[0]["precision"] == "fp32"
-    assert flops[0]["flops_per_item"] > min_flops
+    check_losses_and_flops(run.losses(), flops, min_flops)
 
 
-@pytest.mark.parametrize("folder", [GEO, GFN])
-def test_help_runs_without_orchestrator(folder, python):
-    result = run_with_pipe([python, "main.py", "--help"], bench_env(), folder, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert "usage:" in result.stdout and result.records == []
+def check_smoke(smoke: SmokeRun, entry: str, units: str, min_flops: float = 1e4) -> None:
+    """`check_run` on the smoke run's records of ``entry`` (a time window: the stop
+    event's observations are the window's and the rate records', `SmokeRun.check_measured`)."""
+    smoke.check_measured(entry, units, loss=False)
+    check_losses_and_flops(smoke.losses(entry), smoke.declared_flops(entry), min_flops)
 
 
 @pytest.fixture(scope="module")
@@ -138,13 +144,14 @@ def test_upstream_loss_broadcasts_like_upstream(mols):
     assert main.upstream_l1(pred, y).item() == pytest.approx(pairs.item())
 
 
-def test_pna_trains_on_prepared_molecules(molecules, python):
-    argv = [python, "main.py", "--model", "PNA", "--data", str(molecules)]
-    argv += ["--num-samples", "300", "--batch-size", "32", "--hidden", "8", "--layers", "2"]
-    argv += ["--num-workers", "0", "--device", "cpu", "--threads", "1"]
-    run = run_with_pipe(argv, bench_env(stop=STOP, skip=1), GEO)
-    check_run(run, "graphs/s")
-    assert "PNA" in run.stdout and "0 workers" in run.stdout
+def test_pna_trains_on_prepared_molecules(smoke: SmokeRun):
+    """Reads the session's smoke run (entry ``pna``: molecules prepared by milabench
+    prepare, loaded in the training process)."""
+    assert smoke.command("pna")[1].endswith("benchmarks/geo_gnn/main.py")
+    assert smoke.option("pna", "--model") == "PNA"
+    check_smoke(smoke, "pna", "graphs/s")
+    stdout = smoke.stdout_of("pna")
+    assert "PNA" in stdout and "0 workers" in stdout
 
 
 def test_pna_loads_in_worker_processes(molecules, python):
@@ -156,12 +163,12 @@ def test_pna_loads_in_worker_processes(molecules, python):
     check_run(run, "graphs/s")
 
 
-def test_dimenet_trains_on_3d_molecules(molecules, python):
-    argv = [python, "main.py", "--model", "DimeNet", "--use3d", "--data", str(molecules)]
-    argv += ["--num-samples", "300", "--batch-size", "2", "--hidden", "8", "--layers", "1"]
-    argv += ["--num-workers", "0", "--device", "cpu", "--threads", "1"]
-    run = run_with_pipe(argv, bench_env(stop=STOP, skip=1), GEO)
-    check_run(run, "graphs/s")
+def test_dimenet_trains_on_3d_molecules(smoke: SmokeRun):
+    """Reads the session's smoke run (entry ``dimenet``: ``--model DimeNet --use3d``)."""
+    command = smoke.command("dimenet")
+    assert command[1].endswith("benchmarks/geo_gnn/main.py") and "--use3d" in command
+    assert smoke.option("dimenet", "--model") == "DimeNet"
+    check_smoke(smoke, "dimenet", "graphs/s")
 
 
 def test_dimenet_needs_3d_and_data(tmp_path, python):
@@ -172,15 +179,14 @@ def test_dimenet_needs_3d_and_data(tmp_path, python):
     assert run.returncode != 0 and "prepare.py" in run.stderr
 
 
-def test_recursiongfn_trains_with_trajectory_balance(python):
+def test_recursiongfn_trains_with_trajectory_balance(smoke: SmokeRun):
     """The rate counts the nodes of every state graph of a step (upstream's item); the
-    trajectories are sampled by an EMA copy of the policy."""
-    argv = [python, "main.py", "--batch-size", "4", "--layer-width", "8", "--num-layers", "1"]
-    argv += ["--device", "cpu", "--threads", "1"]
-    run = run_with_pipe(argv, bench_env(stop=STOP, skip=1), GFN)
-    check_run(run, "nodes/s", min_flops=100)
-    assert all(r["rate"] < 1e7 for r in run.rates())
-    assert "sampling tau 0.9" in run.stdout
+    trajectories are sampled by an EMA copy of the policy.
+    Reads the session's smoke run (entry ``recursiongfn``)."""
+    assert smoke.command("recursiongfn")[1].endswith("benchmarks/recursiongfn/main.py")
+    check_smoke(smoke, "recursiongfn", "nodes/s", min_flops=100)
+    assert all(r["rate"] < 1e7 for r in smoke.rates("recursiongfn"))
+    assert "sampling tau 0.9" in smoke.stdout_of("recursiongfn")
 
 
 # -- plain-torch graph operations --------------------------------------------------------

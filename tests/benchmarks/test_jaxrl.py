@@ -5,8 +5,9 @@ ppo,dqn` once for the module, then main.py run by that environment's python.
 * The standard suite's command lines, resolved by `milabench matrix` and run with
   `--dry-run`: the workload each builds is upstream milabench's (docs/parity.md), pinned
   here number by number.
-* Each algorithm at tiny sizes on CPU: records checked (rate and its unit, finite losses,
-  stop)."""
+* Each algorithm at tiny sizes on CPU, read from the session's smoke run (its `ppo`, `dqn`
+  and `brax` entries): records checked (rate and its unit, finite losses, stop).
+* A device JAX cannot see: one line, never a CPU run."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import BENCHMARKS, bench_env, run_with_pipe
-from .test_mains import check_budget
+from .smokerun import SmokeRun
 from .test_suites import matrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,38 +141,35 @@ def test_standard_entries_build_upstreams_workloads(jax_python):
         assert not run.records  # a dry run measures nothing
 
 
-@pytest.mark.slow
+# brax's `fast` environment in the smoke (config/standard-smoke.yaml): the PPO code and
+# brax's trainer are the same on every brax environment; compiling hopper's or ant's
+# physics would cost a CPU a minute (measured by hand instead, docs/benchmarks.md).
 @pytest.mark.parametrize(
-    "argv, units",
-    [
-        # brax's `fast` environment: the PPO code and brax's trainer are the same on every
-        # brax environment; compiling hopper's or ant's physics would cost a CPU a minute
-        # (measured by hand instead, docs/benchmarks.md).
-        (["ppo", "--env-name", "fast", "--num-envs", "16", "--num-steps", "4",
-          "--num-minibatches", "2", "--update-epochs", "1", "--hidden", "16",
-          "--count-every", "10"], "items/s"),
-        (["dqn", "--num-envs", "16", "--buffer-size", "1024", "--buffer-batch-size", "128",
-          "--learning-starts", "200"], "steps/s"),
-        # 160 environment steps per training step; the budget makes an epoch one of them
-        (["brax", "--env-name", "fast", "--num-envs", "16", "--batch-size", "8",
-          "--num-minibatches", "4", "--episode-length", "20", "--num-timesteps", "79840"],
-         "steps/s"),
-    ],
+    "entry, units",
+    [("ppo", "items/s"), ("dqn", "steps/s"), ("brax", "steps/s")],
     ids=["ppo", "dqn", "brax"],
-)  # fmt: skip
-def test_runs_and_reports_environment_steps(argv, units, jax_python):
-    run = run_with_pipe([jax_python, "main.py", *argv, "--device", "cpu"],
-                        bench_env(stop=3, skip=1), BENCHMARKS / "purejaxrl", timeout=300)  # fmt: skip
-    check_budget(run, 3, units, loss=False)
-    assert run.losses() and all(math.isfinite(x) for x in run.losses())
-    assert not [r for r in run.records if "flops_per_item" in r]  # no FLOP count declared
-    assert "1 cpu device(s)" in run.stdout
-    got = described(run.stdout)
-    if argv[0] == "ppo":  # the network and the counting asked for
-        assert got["actor"][1:3] == [16, 16] and got["count_every"] == 10
-    elif argv[0] == "dqn":  # 16 envs: the step count is a multiple of 10 every 5 iterations
+)
+def test_runs_and_reports_environment_steps(entry, units, smoke: SmokeRun):
+    """Reads the session's smoke run (entry ``ppo`` / ``dqn`` / ``brax``, run by the jax
+    group's python on CPU)."""
+    command = smoke.command(entry)
+    assert command[1].endswith("benchmarks/purejaxrl/main.py") and command[2] == entry
+    assert smoke.option(entry, "--device") == "cpu"
+    smoke.check_measured(entry, units, loss=False)
+    losses = smoke.losses(entry)
+    assert losses and all(math.isfinite(x) for x in losses)
+    assert not smoke.declared_flops(entry)  # no FLOP count declared
+    stdout = smoke.stdout_of(entry)
+    assert "1 cpu device(s)" in stdout
+    got = described(stdout)
+    assert got["algo"] == entry
+    if entry == "ppo":  # the network and the counting asked for
+        hidden = int(smoke.option(entry, "--hidden"))
+        assert got["actor"][1:3] == [hidden, hidden]
+        assert got["count_every"] == int(smoke.option(entry, "--count-every")) == 10
+    elif entry == "dqn":  # 32 envs: the step count is a multiple of 10 every 5 iterations
         assert got["env"] == "SpaceInvaders-MinAtar" and got["iterations_per_update"] == 5
-    else:
+    else:  # 160 environment steps per training step; the budget makes an epoch one of them
         assert got["training_steps_per_epoch"] == 1 and got["env_steps_per_epoch"] == 160
 
 

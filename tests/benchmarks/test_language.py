@@ -1,5 +1,6 @@
-"""The standard suite's language entries run for real at tiny sizes on CPU: T5, Reformer
-and Whisper training steps (benchmarks/huggingface), Llama top-k sampling
+"""The standard suite's language entries at tiny sizes on CPU, read from the session's
+smoke run (its `t5`, `reformer`, `whisper`, `llama` and `bert-tf32-fp16` entries): T5,
+Reformer and Whisper training steps (benchmarks/huggingface), Llama top-k sampling
 (benchmarks/llama) and bert's fourth precision (tf32-fp16); each reports its rate, finite
 losses where it trains, its FLOPs declaration and the stop event. At full size, the
 models, batches and optimisers are upstream milabench's (docs/parity.md): checked on the
@@ -15,7 +16,7 @@ from types import ModuleType
 import pytest
 
 from .conftest import BENCHMARKS, ROOT, bench_env, run_with_pipe
-from .test_mains import check_budget
+from .smokerun import SmokeRun
 
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -44,25 +45,25 @@ def first_batch(module: ModuleType, argv: list[str], *extra: object) -> dict:
     return batch
 
 
-def flops_record(run) -> dict:
-    found = [r for r in run.records if "flops_per_item" in r]
-    assert len(found) == 1, run.records[:5]
+def flops_record(smoke: SmokeRun, entry: str) -> dict:
+    """``entry``'s one FLOPs declaration in the smoke run."""
+    found = smoke.declared_flops(entry)
+    assert len(found) == 1, (entry, found)
     assert found[0]["flops_per_item"] > 0 and math.isfinite(found[0]["flops_per_item"])
     return found[0]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", ["T5", "Reformer", "Whisper"])
-def test_huggingface_models_train(model, python):
-    run = run_with_pipe(
-        [python, "main.py", "--model", model, "--size", "tiny", "--batch-size", "4",
-         "--precision", "fp32", "--num-workers", "1", "--device", "cpu"],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "huggingface",
-    )  # fmt: skip
-    check_budget(run, 3, "items/s")
-    assert flops_record(run)["flops_source"] == "counted"  # Reformer too (custom autograd)
-    assert f"huggingface: {model} tiny" in run.stdout
+def test_huggingface_models_train(model, smoke: SmokeRun):
+    """Reads the session's smoke run (entry ``t5`` / ``reformer`` / ``whisper``: tiny,
+    fp32, one loader worker)."""
+    entry = model.lower()
+    assert smoke.command(entry)[1].endswith("benchmarks/huggingface/main.py")
+    assert smoke.option(entry, "--model") == model
+    smoke.check_measured(entry, "items/s")
+    # Reformer too (custom autograd)
+    assert flops_record(smoke, entry)["flops_source"] == "counted"
+    assert f"huggingface: {model} tiny" in smoke.stdout_of(entry)
 
 
 def test_reformer_refuses_a_length_other_than_its_axial_shape(python):
@@ -181,22 +182,25 @@ def test_standard_entries_pass_upstream_settings(tmp_path, monkeypatch):
     assert llama.weight == 0 and llama.parity.startswith("different: ")
 
 
-@pytest.mark.slow
-def test_llama_inference_tokens_per_second(python):
-    run = run_with_pipe(
-        [python, "main.py", "--size", "tiny", "--dtype", "fp32", "--prompt-len", "8",
-         "--new-tokens", "16", "--device", "cpu"],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "llama",
-    )  # fmt: skip
-    check_budget(run, 3, "Tok/s", loss=False)
-    assert "top-k 10 sampling" in run.stdout
-    decl = flops_record(run)
+def test_llama_inference_tokens_per_second(smoke: SmokeRun):
+    """Reads the session's smoke run (entry ``llama``: tiny, fp32, its prompt and new
+    token counts read from the command)."""
+    entry = "llama"
+    assert smoke.command(entry)[1].endswith("benchmarks/llama/main.py")
+    assert (smoke.option(entry, "--size"), smoke.option(entry, "--dtype")) == (
+        "tiny",
+        "fp32",
+    )
+    prompt = int(smoke.option(entry, "--prompt-len"))
+    new = int(smoke.option(entry, "--new-tokens"))
+    smoke.check_measured(entry, "Tok/s", loss=False)
+    assert "top-k 10 sampling" in smoke.stdout_of(entry)
+    decl = flops_record(smoke, entry)
     assert decl["flops_source"] == "analytic" and decl["precision"] == "fp32"
     # 2 x parameters per generated token, the prompt's forward spread over them
     model, _ = load_main("llama").make_model("tiny", torch.float32, torch.device("cpu"))
     params = sum(p.numel() for p in model.parameters())
-    assert decl["flops_per_item"] == pytest.approx(2 * params * (8 + 16) / 16)
+    assert decl["flops_per_item"] == pytest.approx(2 * params * (prompt + new) / new)
 
 
 @pytest.mark.slow
@@ -230,13 +234,11 @@ def test_llama_analytic_flops_agree_with_the_counter():
     assert abs(analytic - counted) / counted < 0.05, (analytic, counted)
 
 
-@pytest.mark.slow
-def test_bert_tf32_fp16_counts_its_flops(python):
-    run = run_with_pipe(
-        [python, "main.py", "--size", "tiny", "--batch-size", "4", "--seq-len", "32",
-         "--precision", "tf32-fp16", "--device", "cpu"],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "bert",
-    )  # fmt: skip
-    check_budget(run, 3, "items/s")
-    assert flops_record(run)["precision"] == "fp16"  # the matmuls run in fp16
+def test_bert_tf32_fp16_counts_its_flops(smoke: SmokeRun):
+    """Reads the session's smoke run (entry ``bert-tf32-fp16``: tiny, ``--precision
+    tf32-fp16``)."""
+    entry = "bert-tf32-fp16"
+    assert smoke.command(entry)[1].endswith("benchmarks/bert/main.py")
+    assert smoke.option(entry, "--precision") == "tf32-fp16"
+    smoke.check_measured(entry, "items/s")
+    assert flops_record(smoke, entry)["precision"] == "fp16"  # the matmuls run in fp16

@@ -1,6 +1,8 @@
 """LLM fine-tuning paths of benchmarks/llm at tiny sizes on CPU: LoRA (peft) in one
 process, LoRA under DDP and under FSDP2, full fine-tuning under FSDP2 (2 torchrun ranks,
-gloo), gradient accumulation, and the analytic FLOPs formula against the counted one."""
+gloo), gradient accumulation, and the analytic FLOPs formula against the counted one.
+LoRA in one process and under FSDP2 in fp32 are read from the session's smoke run
+(smokerun.py: llm-lora-single, llm-lora-ddp-gpus); the other paths run here."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 import pytest
 
 from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
+from .smokerun import SmokeRun
 from .test_mains import check_budget
 
 pytest.importorskip("peft")
@@ -35,18 +38,16 @@ def load_llm_main():
     return module
 
 
-@pytest.mark.slow
-def test_lora_single_trains_only_the_adapters(python):
-    run = run_with_pipe(
-        [python, "main.py", *TINY, "--lora", "8", "--grad-accum", "2", "--precision", "fp32",
-         "--gradient-checkpointing"],
-        bench_env(stop=4, skip=1),
-        BENCHMARKS / "llm",
+def test_lora_single_trains_only_the_adapters(smoke: SmokeRun):
+    """Reads the session's smoke run (entry llm-lora-single: tiny, LoRA rank 8,
+    accumulation 2, fp32, activation checkpointing, one process)."""
+    smoke.check_measured("llm-lora-single", "Tok/s")
+    decl = smoke.declared_flops("llm-lora-single")
+    out = smoke.stdout_of("llm-lora-single")
+    assert "M trained)" in out and ", single, " in out and "accumulation 2" in out
+    assert len(decl) == 1 and (decl[0]["flops_source"], decl[0]["precision"]) == (
+        "analytic", "fp32",
     )  # fmt: skip
-    check_budget(run, 4, "Tok/s")
-    assert "M trained)" in run.stdout and "accumulation 2" in run.stdout
-    decl = [r for r in run.records if "flops_per_item" in r]
-    assert len(decl) == 1 and decl[0]["flops_source"] == "analytic"
 
 
 @pytest.mark.slow
@@ -54,11 +55,10 @@ def test_lora_single_trains_only_the_adapters(python):
     "extra, mode",
     [
         (["--lora", "8"], "ddp"),
-        (["--lora", "8", "--fsdp"], "fsdp"),
         (["--fsdp", "--cpu-offload", "--param-dtype", "bf16", "--precision", "bf16"], "fsdp"),
         (["--fsdp", *FULL_AS_UPSTREAM], "fsdp"),
     ],
-    ids=["lora-ddp", "lora-fsdp", "full-fsdp-offload-bf16", "full-fsdp-upstream"],
+    ids=["lora-ddp", "full-fsdp-offload-bf16", "full-fsdp-upstream"],
 )
 def test_two_ranks(extra, mode, python):
     run = run_smuggled(
@@ -71,6 +71,18 @@ def test_two_ranks(extra, mode, python):
     assert f", {mode}, " in run.stdout
     assert len(run.events("stop")) == 1  # only rank 0 writes
     assert "destroy_process_group" not in run.stderr and "terminate called" not in run.stderr
+
+
+def test_two_ranks_lora_fsdp(smoke: SmokeRun):
+    """LoRA under FSDP2 on 2 gloo ranks. Reads the session's smoke run (entry
+    llm-lora-ddp-gpus: tiny, LoRA rank 8, --fsdp, fp32 weights and compute)."""
+    smoke.check_measured("llm-lora-ddp-gpus", "Tok/s")
+    decl = smoke.declared_flops("llm-lora-ddp-gpus")
+    assert len(decl) == 1  # only rank 0 writes (one stop event: SmokeRun.check_measured)
+    out = smoke.stdout_of("llm-lora-ddp-gpus")
+    assert ", fsdp, " in out and "M trained)" in out
+    stderr = smoke.stderr_of("llm-lora-ddp-gpus")
+    assert "destroy_process_group" not in stderr and "terminate called" not in stderr
 
 
 def test_lora_freezes_the_base_and_flops_formula_matches_the_counter():

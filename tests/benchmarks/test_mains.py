@@ -1,6 +1,8 @@
-"""Each CPU benchmark's main.py runs for real for a few steps and reports through the
-data channel: rate records with the right units, losses where it trains, and the
-``stop`` event once the window ends (here: exact step counts, see conftest.bench_env)."""
+"""Each CPU benchmark's main.py reports through the data channel: rate records with the
+right units, losses where it trains, and the ``stop`` event once the window ends. The
+benchmarks that an entry of config/standard-smoke.yaml runs the same way are read from
+the session's smoke run (smokerun.py, `SmokeRun.check_measured`: its measurement window); the others
+run here for a few steps (exact step counts, see conftest.bench_env, `check_budget`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 import pytest
 
 from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
+from .smokerun import SmokeRun
 
 MAINS = [
     "flops",
@@ -62,15 +65,16 @@ def test_help_runs_without_orchestrator(name, python):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_flops_reports_tflops(dtype, python):
-    run = run_with_pipe(
-        [python, "main.py", "--dtype", dtype, "--size", "256", "--step-ms", "5", "--device", "cpu"],
-        bench_env(stop=4, skip=1),
-        BENCHMARKS / "flops",
-    )
-    check_budget(run, 4, "Tflops", loss=False)
+def test_flops_reports_tflops(dtype, smoke: SmokeRun):
+    """Reads the session's smoke run (entries fp32, bf16: 256 x 256 matmuls on cpu)."""
+    smoke.check_measured(dtype, "Tflops", loss=False)
+    decl = smoke.declared_flops(dtype)
+    assert len(decl) == 1 and (decl[0]["flops_source"], decl[0]["precision"]) == (
+        "analytic", dtype,
+    )  # fmt: skip
+    assert f"flops: {dtype} 256x256" in smoke.stdout_of(dtype)
     # 2*n^3 per matmul: even a slow CPU does more than 0.1 GFLOPS, none does 100 TFLOPS.
-    assert all(1e-4 < r["rate"] < 100 for r in run.rates())
+    assert all(1e-4 < r["rate"] < 100 for r in smoke.rates(dtype))
 
 
 def test_convnet_trains_on_prepared_jpegs(tmp_path, python):
@@ -155,50 +159,27 @@ def test_transformer_lm_reports_tokens(python):
     assert all(5.0 < x < 8.0 for x in run.losses())
 
 
-@pytest.mark.slow
-def test_bert_masked_lm(python):
-    pytest.importorskip("transformers")
-    run = run_with_pipe(
-        [
-            python,
-            "main.py",
-            "--size",
-            "tiny",
-            "--batch-size",
-            "2",
-            "--seq-len",
-            "16",
-            "--device",
-            "cpu",
-        ],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "bert",
-    )
-    check_budget(run, 3, "items/s")
+def test_bert_masked_lm(smoke: SmokeRun):
+    """Reads the session's smoke run (entry bert-fp32: bert tiny, fp32, one process)."""
+    smoke.check_measured("bert-fp32", "items/s")
+    decl = smoke.declared_flops("bert-fp32")
+    assert len(decl) == 1 and (decl[0]["flops_source"], decl[0]["precision"]) == (
+        "counted", "fp32",
+    )  # fmt: skip
+    assert "bert: tiny" in smoke.stdout_of("bert-fp32")
+    assert "fp32 on cpu" in smoke.stdout_of("bert-fp32")
 
 
-@pytest.mark.slow
-def test_llm_tiny_llama(python):
-    pytest.importorskip("transformers")
-    run = run_with_pipe(
-        [
-            python,
-            "main.py",
-            "--size",
-            "tiny",
-            "--batch-size",
-            "2",
-            "--seq-len",
-            "16",
-            "--precision",
-            "fp32",
-            "--device",
-            "cpu",
-        ],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "llm",
-    )
-    check_budget(run, 3, "Tok/s")
+def test_llm_tiny_llama(smoke: SmokeRun):
+    """Reads the session's smoke run (entry llama-train: the llm benchmark's tiny Llama,
+    fp32, one process; activation checkpointing on, as every llm entry has it)."""
+    smoke.check_measured("llama-train", "Tok/s")
+    decl = smoke.declared_flops("llama-train")
+    assert len(decl) == 1 and (decl[0]["flops_source"], decl[0]["precision"]) == (
+        "analytic", "fp32",
+    )  # fmt: skip
+    out = smoke.stdout_of("llama-train")
+    assert "llm: tiny" in out and ", single, " in out and "fp32 on cpu" in out
 
 
 @pytest.mark.parametrize("op", ["matmul", "embedding", "reduce"])
@@ -238,36 +219,15 @@ def test_opbench_latency_records(op, python):
         assert min(case_rates) / 3 < record["rate"] < max(case_rates) * 3
 
 
-@pytest.mark.slow
-def test_ddp_two_processes_global_rate(python):
-    torchrun = shutil.which("torchrun", path=str(sys.executable).rsplit("/", 1)[0]) or shutil.which(
-        "torchrun"
-    )
-    assert torchrun, "torchrun comes with torch"
-    run = run_smuggled(
-        [
-            torchrun,
-            "--standalone",
-            "--nproc-per-node=2",
-            "main.py",
-            "--device",
-            "cpu",
-            "--backend",
-            "gloo",
-            "--batch-size",
-            "16",
-            "--hidden",
-            "64",
-            "--features",
-            "32",
-        ],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "ddp",
-    )
-    check_budget(run, 3, "items/s")
-    assert "world size 2" in run.stdout and "backend gloo" in run.stdout
-    # Only rank 0 writes: exactly one stop event although two ranks ran.
-    assert len(run.events("stop")) == 1
+def test_ddp_two_processes_global_rate(smoke: SmokeRun):
+    """Reads the session's smoke run (entry ddp-gpus: torchrun, 2 gloo ranks on cpu)."""
+    smoke.check_measured("ddp-gpus", "items/s")
+    decl = smoke.declared_flops("ddp-gpus")
+    assert len(decl) == 1 and decl[0]["precision"] == "fp32"
+    out = smoke.stdout_of("ddp-gpus")
+    assert "world size 2" in out and "backend gloo" in out
+    # Only rank 0 writes: exactly one stop event although two ranks ran (SmokeRun.check_measured).
+    assert "destroy_process_group" not in smoke.stderr_of("ddp-gpus")
 
 
 @pytest.mark.slow

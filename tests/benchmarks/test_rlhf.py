@@ -1,7 +1,9 @@
 """The rlhf (PPO) and llava benchmarks run for real at tiny sizes.
 
-Subprocess runs check what the orchestrator sees (rates and units, finite losses, the
-FLOPs record, the ``stop`` event, one writer under torchrun); in-process checks look at
+Their runs check what the orchestrator sees (rates and units, finite losses, the FLOPs
+record, the ``stop`` event, one writer under torchrun): the session's smoke run
+(smokerun.py) for the configurations that config/standard-smoke.yaml runs (rlhf-single,
+rlhf-gpus, llava-single), subprocesses here for the others; in-process checks look at
 what the records cannot show: a PPO step changes the policy and the value model and
 leaves the reference and the reward model alone, and the analytic FLOPs formulas equal
 ``torch.utils.flop_counter`` on one real step (matmuls; the counter does not see the CPU
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -20,6 +23,7 @@ from types import ModuleType
 import pytest
 
 from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
+from .smokerun import SmokeRun
 
 RLHF = BENCHMARKS / "rlhf"
 LLAVA = BENCHMARKS / "llava"
@@ -61,11 +65,16 @@ def check_records(run, stop: int, units: str = "items/s") -> dict:
     return flops[0]
 
 
-@pytest.mark.parametrize("folder", [RLHF, LLAVA], ids=["rlhf", "llava"])
-def test_help_runs_without_orchestrator(folder, python):
-    result = run_with_pipe([python, "main.py", "--help"], bench_env(), folder, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert "usage:" in result.stdout and result.records == []
+def check_smoke_records(smoke: SmokeRun, entry: str, units: str = "items/s") -> dict:
+    """`check_records` on the smoke run's records of ``entry`` (`SmokeRun.check_measured`:
+    one window whose observations are the rate records and the stop event's count)."""
+    smoke.check_measured(entry, units, loss=False)
+    flops = smoke.declared_flops(entry)
+    losses = smoke.losses(entry)
+    assert losses and all(math.isfinite(x) for x in losses)
+    assert len(flops) == 1, flops
+    assert flops[0]["flops_per_item"] > 0 and flops[0]["precision"] == "fp32"
+    return flops[0]
 
 
 # -- rlhf --------------------------------------------------------------------------------
@@ -97,32 +106,31 @@ def test_rlhf_defaults_are_upstreams(monkeypatch):
     assert gen.eos_token_id is None and abs(gen.temperature - 0.7) < 1e-6
 
 
-@pytest.mark.slow
-def test_rlhf_single_process(python, monkeypatch):
+def test_rlhf_single_process(smoke: SmokeRun, monkeypatch):
+    """Reads the session's smoke run (entry rlhf-single: tiny models, fp32, one process)."""
     pytest.importorskip("transformers")
-    run = run_with_pipe([python, "main.py", *RLHF_TINY], bench_env(stop=3, skip=1), RLHF)
-    flops = check_records(run, 3, "Tok/s")
+    flops = check_smoke_records(smoke, "rlhf-single", "Tok/s")
     assert flops["flops_source"] == "analytic"
-    assert "world size 1" in run.stdout and "update fp32 on cpu" in run.stdout
+    out = smoke.stdout_of("rlhf-single")
+    assert "world size 1" in out and "update fp32 on cpu" in out
     # The rate counts prompt tokens (upstream's batch_size_fn: batch x prompt length), and
     # the FLOPs record is per prompt token.
     rlhf = load_main(RLHF, "rlhf_main_units", monkeypatch)
-    args = rlhf.parse_args(RLHF_TINY)
+    args = rlhf.parse_args(smoke.argv("rlhf-single"))
+    assert (args.size, args.prompt_len, args.precision) == ("tiny", 16, "fp32")
     per_sequence = rlhf.flops_per_sequence(rlhf.neox_config("tiny"), args)
     assert flops["flops_per_item"] == pytest.approx(per_sequence / args.prompt_len)
 
 
-@pytest.mark.slow
-def test_rlhf_two_ranks_under_torchrun(python):
+def test_rlhf_two_ranks_under_torchrun(smoke: SmokeRun):
     """DDP over gloo: rank 0 alone writes (one stop, one FLOPs record), the global rate
-    counts both ranks' sequences, and the process group goes away cleanly."""
-    pytest.importorskip("transformers")
-    argv = [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *RLHF_TINY]
-    run = run_smuggled([*argv, "--backend", "gloo"], bench_env(stop=3, skip=1), RLHF)
-    check_records(run, 3, "Tok/s")
-    assert "world size 2" in run.stdout
-    assert "destroy_process_group" not in run.stderr
-    assert "terminate called" not in run.stderr
+    counts both ranks' sequences, and the process group goes away cleanly.
+    Reads the session's smoke run (entry rlhf-gpus: torchrun, 2 gloo ranks)."""
+    check_smoke_records(smoke, "rlhf-gpus", "Tok/s")
+    assert "world size 2" in smoke.stdout_of("rlhf-gpus")
+    stderr = smoke.stderr_of("rlhf-gpus")
+    assert "destroy_process_group" not in stderr
+    assert "terminate called" not in stderr
 
 
 @pytest.mark.slow
@@ -225,11 +233,12 @@ def test_llava_trains_on_prepared_pairs(tmp_path, python, monkeypatch):
 
 
 @pytest.mark.slow
-def test_llava_variable_text_lengths(tmp_path, python, monkeypatch):
+def test_llava_variable_text_lengths(tmp_path, python, monkeypatch, smoke: SmokeRun):
     """Each sample keeps its own text length (upstream: one aokvqa conversation each):
     prepare.py draws them, a batch is padded to its longest with the pad id out of the
     loss; upstream's step: gradient norm clipped at 1.0, torch's AdamW (lr 5e-5, not
-    fused)."""
+    fused). The training run on such samples: reads the session's smoke run (entry
+    llava-single: text lengths drawn from 40-128 tokens, fp32, one process)."""
     pytest.importorskip("transformers")
     np = pytest.importorskip("numpy")
     torch = pytest.importorskip("torch")
@@ -250,12 +259,13 @@ def test_llava_variable_text_lengths(tmp_path, python, monkeypatch):
     images, batch_ids, labels = next(iter(loader))
     assert batch_ids.shape[1] <= 40 and (labels[batch_ids == 511] == -100).all()
 
-    run = run_with_pipe(
-        [python, "main.py", *argv, "--batch-size", "2", "--precision", "fp32", "--device", "cpu"],
-        bench_env(stop=3, skip=1),
-        LLAVA,
-    )
-    check_records(run, 3)
+    check_smoke_records(smoke, "llava-single")
+    out = smoke.stdout_of("llava-single")
+    assert "world size 1, fp32 on cpu" in out
+    # the samples it trained on have lengths of their own too
+    (folder,) = re.findall(r", data (\S+), ", out)
+    trained = np.load(Path(folder) / "lengths.npy")
+    assert len(set(trained.tolist())) > 1
     model = llava.build_model(llava.SIZES["tiny"], torch.device("cpu"), torch.float32)
     opt = llava.make_optimizer(model, args)
     assert not opt.defaults["fused"] and opt.defaults["weight_decay"] == 0.01

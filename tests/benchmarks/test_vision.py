@@ -2,6 +2,9 @@
 benchmark's training step with the plain-torch ResNet, its DDP path under torchrun, the
 Lightning Trainer in one process and over two ranks, the FLOPs declaration. The loader,
 the synthetic batches and the model factory themselves: tests/shared/test_vision.py.
+The configurations that config/standard-smoke.yaml runs (resnet50, resnet50-noio,
+focalnet, resnet152-ddp-gpus, lightning, lightning-gpus on the plain model) are read from
+the session's smoke run (smokerun.py); the others run here for a few steps.
 
 Upstream milabench's choices for these entries (docs/parity.md, commit faf39234) are
 pinned here: the optimisers (plain SGD, timm's SGD for focalnet, Adam for Lightning) and
@@ -17,8 +20,8 @@ from types import ModuleType
 
 import pytest
 
-from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
-from .test_llm_finetune import torchrun
+from .conftest import BENCHMARKS, bench_env, run_with_pipe
+from .smokerun import SmokeRun
 from .test_mains import check_budget
 
 PLAIN = ["--model-source", "plain", "--model", "resnet-tiny", "--image-size", "32",
@@ -176,17 +179,13 @@ def test_standard_vision_entries_pass_upstreams_settings(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "data", ["jpeg", "synthetic", "jpeg-upstream", "noio-upstream", "jpeg-timm"]
-)
+@pytest.mark.parametrize("data", ["jpeg", "synthetic"])
 def test_torchvision_loop_with_the_plain_model(data, jpegs, python):
+    """The loader's defaults (normalised on the device, hard targets), which no entry of
+    the smoke run uses."""
     extra = {
         "jpeg": ["--data", jpegs],
         "synthetic": ["--synthetic-data", "--fixed-batch"],
-        # the standard suite's resnet50, resnet50-noio and focalnet options
-        "jpeg-upstream": ["--data", jpegs, *UPSTREAM_LOADER],
-        "noio-upstream": ["--synthetic-data", "--fixed-batch", "--soft-targets", *UPSTREAM_LOADER],
-        "jpeg-timm": ["--data", jpegs, *TIMM_RECIPE],
     }[data]
     run = run_with_pipe([python, "main.py", *PLAIN, *extra], bench_env(stop=3, skip=1),
                         BENCHMARKS / "torchvision")  # fmt: skip
@@ -195,40 +194,66 @@ def test_torchvision_loop_with_the_plain_model(data, jpegs, python):
     assert len(decl) == 1 and decl[0]["flops_source"] == "counted"
 
 
-@pytest.mark.slow
-def test_torchvision_ddp_two_ranks(jpegs, python):
-    run = run_smuggled(
-        [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *PLAIN, "--data", jpegs,
-         "--backend", "gloo"],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "torchvision",
+# the standard suite's resnet50, resnet50-noio and focalnet options on the plain model
+SMOKE_TORCHVISION = {
+    "jpeg-upstream": ("resnet50", "jpeg data"),  # UPSTREAM_LOADER
+    "noio-upstream": ("resnet50-noio", "synthetic data"),  # + soft targets
+    "jpeg-timm": ("focalnet", "jpeg data"),  # TIMM_RECIPE
+}
+
+
+@pytest.mark.parametrize("data", list(SMOKE_TORCHVISION))
+def test_torchvision_loop_standard_options(data, smoke: SmokeRun):
+    """Reads the session's smoke run (entries resnet50, resnet50-noio, focalnet: the
+    standard suite's options with --model-source plain, fp32 on cpu)."""
+    entry, source = SMOKE_TORCHVISION[data]
+    smoke.check_measured(entry, "items/s")
+    decl = smoke.declared_flops(entry)
+    assert len(decl) == 1 and (decl[0]["flops_source"], decl[0]["precision"]) == (
+        "counted", "fp32",
     )  # fmt: skip
-    check_budget(run, 3, "items/s")
-    assert "batch 4 per device x 2" in run.stdout and len(run.events("stop")) == 1
+    out = smoke.stdout_of(entry)
+    assert "plain resnet-tiny" in out and f"x 1, fp32, {source} on cpu" in out
+
+
+def test_torchvision_ddp_two_ranks(smoke: SmokeRun):
+    """Reads the session's smoke run (entry resnet152-ddp-gpus: torchrun, 2 gloo ranks,
+    the plain model on the JPEG folder)."""
+    smoke.check_measured("resnet152-ddp-gpus", "items/s")
+    decl = smoke.declared_flops("resnet152-ddp-gpus")
+    assert len(decl) == 1 and decl[0]["flops_source"] == "counted"  # rank 0 alone writes
+    out = smoke.stdout_of("resnet152-ddp-gpus")
+    assert "batch 8 per device x 2" in out and "jpeg data" in out
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", ["device", "workers"])
-def test_lightning_one_process(workers, jpegs, python):
+def test_lightning_one_process(jpegs, python):
+    """Images normalised on the device (the smoke run's lightning entries normalise in
+    the loader workers: test_lightning_one_process_workers)."""
     pytest.importorskip("lightning")
-    extra = ["--normalise-in-workers"] if workers == "workers" else []
-    run = run_with_pipe([python, "main.py", *PLAIN, "--data", jpegs, *extra],
+    run = run_with_pipe([python, "main.py", *PLAIN, "--data", jpegs],
                         bench_env(stop=3, skip=1), BENCHMARKS / "lightning")  # fmt: skip
     check_budget(run, 3, "items/s")
     assert "32-true" in run.stdout
 
 
-@pytest.mark.slow
-def test_lightning_ddp_two_ranks(jpegs, python):
-    pytest.importorskip("lightning")
-    run = run_smuggled(
-        [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *PLAIN, "--data", jpegs,
-         "--backend", "gloo"],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / "lightning",
+def test_lightning_one_process_workers(smoke: SmokeRun):
+    """Reads the session's smoke run (entry lightning: one process, images normalised in
+    the loader workers, fp32)."""
+    smoke.check_measured("lightning", "items/s")
+    decl = smoke.declared_flops("lightning")
+    assert len(decl) == 1 and (decl[0]["flops_source"], decl[0]["precision"]) == (
+        "counted", "fp32",
     )  # fmt: skip
-    check_budget(run, 3, "items/s")
-    assert "x 2" in run.stdout and len(run.events("stop")) == 1
+    assert "x 1, fp32 (32-true) on cpu" in smoke.stdout_of("lightning")
+
+
+def test_lightning_ddp_two_ranks(smoke: SmokeRun):
+    """Reads the session's smoke run (entry lightning-gpus: torchrun, 2 gloo ranks)."""
+    smoke.check_measured("lightning-gpus", "items/s")
+    decl = smoke.declared_flops("lightning-gpus")
+    assert len(decl) == 1  # rank 0 declares
+    assert "x 2, fp32 (32-true) on cpu" in smoke.stdout_of("lightning-gpus")
 
 
 def test_cpu_variant_validates_only_what_it_installs():

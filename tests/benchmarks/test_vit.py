@@ -1,10 +1,15 @@
 """DINOv2 and V-JEPA (plain torch, benchshared.vit) at tiny sizes on CPU: one process and
-two torchrun ranks each, the data their prepare scripts write (JPEGs; mp4 videos decoded
-with decord), records (rates, finite losses, FLOPs, stop), and upstream's choices pinned:
-the defaults are upstream's settings (vitg14.yaml over DINOv2's default config; jepa's
-vith16.yaml), DINOv2's student (stochastic depth, layer scale, heads), iBOT masks,
-Sinkhorn-Knopp and augmentation probabilities, V-JEPA's two mask sets. The ViT itself
-(stochastic depth per sample, the EMA update): tests/shared/test_vit.py."""
+two torchrun ranks each, read from the session's smoke run (its `dinov2-giant-single`,
+`dinov2-giant-gpus`, `vjepa-single` and `vjepa-gpus` entries: records, rates, finite
+losses, FLOPs, stop), the data their prepare scripts write (JPEGs; mp4 videos decoded
+with decord) and the FLOPs declared with activation checkpointing (run here), and
+upstream's choices pinned: the defaults are upstream's settings (vitg14.yaml over DINOv2's
+default config; jepa's vith16.yaml), DINOv2's student (stochastic depth, layer scale,
+heads), iBOT masks, Sinkhorn-Knopp and augmentation probabilities, V-JEPA's two mask sets.
+The ViT itself (stochastic depth per sample, the EMA update): tests/shared/test_vit.py.
+
+`check_smoke_entry` (used by the other benchmark files too) checks one smoke entry's
+records as `test_mains.check_budget` checks a run started by hand."""
 
 from __future__ import annotations
 
@@ -14,9 +19,8 @@ import sys
 
 import pytest
 
-from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
-from .test_llm_finetune import torchrun
-from .test_mains import check_budget
+from .conftest import BENCHMARKS, bench_env, run_with_pipe
+from .smokerun import SmokeRun
 
 DINO = ["--arch", "tiny", "--patch", "8", "--global-size", "48", "--local-size", "24",
         "--local-crops", "2", "--prototypes", "256", "--bottleneck", "32",
@@ -59,27 +63,28 @@ def data(tmp_path_factory):
     return {"dinov2": ["--data", str(images)], "vjepa": ["--dataset", str(videos)]}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("bench, argv", [("dinov2", DINO), ("vjepa", JEPA)])
-def test_one_process(bench, argv, data, python):
-    run = run_with_pipe([python, "main.py", *argv, *data[bench]], bench_env(stop=3, skip=1),
-                        BENCHMARKS / bench)  # fmt: skip
-    check_budget(run, 3, "items/s")
-    assert [r["flops_source"] for r in run.records if "flops_per_item" in r] == ["counted"]
+@pytest.mark.parametrize("bench, entry", [("dinov2", "dinov2-giant-single"),
+                                          ("vjepa", "vjepa-single")])  # fmt: skip
+def test_one_process(bench, entry, smoke: SmokeRun):
+    """One process trains on the prepared data and reports.
+    Reads the session's smoke run (entry ``dinov2-giant-single`` / ``vjepa-single``)."""
+    assert smoke.command(entry)[1].endswith(f"benchmarks/{bench}/main.py")
+    smoke.check_measured(entry, "items/s")
+    assert [r["flops_source"] for r in smoke.declared_flops(entry)] == ["counted"]
+    assert "x 1, " in smoke.stdout_of(entry)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("bench, argv", [("dinov2", DINO), ("vjepa", JEPA)])
-def test_two_ranks(bench, argv, data, python):
-    run = run_smuggled(
-        [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *argv, *data[bench],
-         "--backend", "gloo"],
-        bench_env(stop=3, skip=1),
-        BENCHMARKS / bench,
-    )  # fmt: skip
-    check_budget(run, 3, "items/s")
-    assert "x 2" in run.stdout and len(run.events("stop")) == 1
-    assert "terminate called" not in run.stderr
+@pytest.mark.parametrize("bench, entry", [("dinov2", "dinov2-giant-gpus"),
+                                          ("vjepa", "vjepa-gpus")])  # fmt: skip
+def test_two_ranks(bench, entry, smoke: SmokeRun):
+    """Two torchrun ranks (gloo) train and report once.
+    Reads the session's smoke run (entry ``dinov2-giant-gpus`` / ``vjepa-gpus``)."""
+    command = smoke.command(entry)
+    assert "--nproc-per-node=2" in command and smoke.option(entry, "--backend") == "gloo"
+    assert any(c.endswith(f"benchmarks/{bench}/main.py") for c in command)
+    smoke.check_measured(entry, "items/s")
+    assert "x 2" in smoke.stdout_of(entry) and len(smoke.event_data(entry, "stop")) == 1
+    assert "terminate called" not in smoke.stderr_of(entry)
 
 
 def test_upstream_settings_are_the_defaults():

@@ -88,6 +88,18 @@ def test_timed():
 """
 
 
+def collected(folder: Path, *extra: str) -> list[str]:
+    """The test ids of ``folder`` in the session's order (``pytest --collect-only``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(folder)]))
+    argv = [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+            "--rootdir", str(folder), str(folder), *extra]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=folder,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
 def test_a_file_with_one_quiet_test_is_handed_out_last(tmp_path: Path):
     """Under ``--dist loadfile`` a file goes to a worker whole, where its first test stands:
     a file holding any quiet test is ordered after every ordinary file, so that its quiet
@@ -96,16 +108,91 @@ def test_a_file_with_one_quiet_test_is_handed_out_last(tmp_path: Path):
     (tmp_path / "test_b_plain.py").write_text("def test_one():\n    pass\n")
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(tmp_path)]))
-    argv = [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
-            "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    ids = [line for line in done.stdout.splitlines() if "::" in line]
-    assert ids == [
+    assert collected(tmp_path) == [
         "test_b_plain.py::test_one",
         "test_a_mixed.py::test_plain",
         "test_a_mixed.py::test_timed",
-    ], done.stdout
+    ]
+
+
+SMOKE_READER = """
+def test_reads(smoke):
+    assert smoke == "run"
+"""
+
+SMOKE_CONFTEST = (
+    CONFTEST
+    + """
+import pytest
+
+@pytest.fixture(scope="session")
+def smoke():
+    return "run"
+"""
+)
+
+
+def test_a_file_reading_the_smoke_run_comes_after_the_ordinary_ones(tmp_path: Path):
+    """The files that read the shared smoke run (the ``smoke`` fixture) start after the
+    ordinary files and before the quiet ones, with the time limit of making the run."""
+    (tmp_path / "test_a_mixed.py").write_text(MIXED)
+    (tmp_path / "test_b_reader.py").write_text(SMOKE_READER)
+    (tmp_path / "test_c_plain.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "conftest.py").write_text(SMOKE_CONFTEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n    slow: long\n")
+    # marked slow: the only one selected by -m slow
+    assert collected(tmp_path, "-m", "slow") == ["test_b_reader.py::test_reads"]
+    assert collected(tmp_path) == [
+        "test_c_plain.py::test_one",
+        "test_b_reader.py::test_reads",
+        "test_a_mixed.py::test_plain",
+        "test_a_mixed.py::test_timed",
+    ]
+
+
+SHARED = """
+import json, os, time
+from sharedbuild import build_once
+
+def build(folder):
+    with open(os.environ["MB_BUILD_LOG"], "a") as log:
+        log.write(str(folder) + "\\n")
+    time.sleep(1)
+    if os.environ.get("MB_BUILD_FAILS"):
+        raise RuntimeError("the build broke")
+    (folder / "made").write_text("yes")
+    return {"folder": str(folder)}
+
+def test_uses_it(tmp_path_factory):
+    value = build_once(tmp_path_factory, "thing", build)
+    assert open(os.path.join(value["folder"], "made")).read() == "yes"
+"""
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_shared_build_is_made_once_for_every_worker(tmp_path: Path, fails: bool):
+    """`sharedbuild.build_once` from two files on two workers: one build, both tests get
+    its value; a failed build fails both with its error, without a second try."""
+    pytest.importorskip("xdist")
+    (tmp_path / "test_one.py").write_text(SHARED)
+    (tmp_path / "test_two.py").write_text(SHARED)
+    log = tmp_path / "builds.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(tmp_path)]), MB_BUILD_LOG=str(log))
+    if fails:
+        env["MB_BUILD_FAILS"] = "1"
+    argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p",
+            "no:cacheprovider", "--basetemp", str(tmp_path / "bt"), "--rootdir", str(tmp_path),
+            str(tmp_path)]  # fmt: skip
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300)  # fmt: skip
+    builds = log.read_text().splitlines()
+    assert len(builds) == 1 and builds[0] == str(tmp_path / "bt" / "thing"), builds
+    if not fails:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "2 passed" in done.stdout
+    else:
+        assert done.returncode == 1 and "2 failed" in done.stdout, done.stdout[-3000:]
+        assert "the shared build 'thing' failed" in done.stdout
+        assert "RuntimeError: the build broke" in done.stdout

@@ -1,6 +1,8 @@
-"""Real stored runs for the history tests, made once per test process.
+"""Real stored runs for the history tests, made once per test session and shared by the
+workers (`sharedbuild.build_once`; both files that read them are quiet, so the paced runs
+are made alone on the machine).
 
-`nightly_runs(root)` makes 30 real `milabench run` folders of the paced benchmark in
+`nightly_runs(factory)` makes 30 real `milabench run` folders of the paced benchmark in
 `benchmarks/paced` (20 steps, 20 ms each, about 0.7 s a run), the last 10 with a step
 11.1% longer (rate 10% lower: the planted regression at run index 20, `night20`), then 10
 more at the original speed (`flat00`..`flat09`). Two SQLite stores are filled with the
@@ -10,11 +12,14 @@ real `milabench store import`: `drop.sqlite` (night00..night29) and `flat.sqlite
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import pytest
 from clirun import milabench  # noqa: F401 - the tests import it from here
+from sharedbuild import build_once
 
 HERE = Path(__file__).resolve().parent
 BENCH = HERE / "benchmarks" / "paced"
@@ -43,9 +48,6 @@ class NightlyRuns:
     seconds: float  # time to make and import them all
 
 
-_made: dict[Path, NightlyRuns] = {}
-
-
 def _run(base: Path, suite: Path, name: str, step_ms: float) -> Path:
     proc = milabench("run", "--config", str(suite), "--base", str(base), "--use-current-env",
                      "--run-name", name, "--override", f"paced.argv.--step-ms={step_ms}")  # fmt: skip
@@ -62,12 +64,8 @@ def _import(url: str, runs: list[Path]) -> None:
     assert proc.stdout.count("imported 1 benchmark(s)") == len(runs), proc.stdout
 
 
-def nightly_runs(root: Path) -> NightlyRuns:
-    root = Path(root)
-    if root in _made:
-        return _made[root]
+def _build(root: Path) -> dict:
     t0 = time.perf_counter()
-    root.mkdir(parents=True, exist_ok=True)
     suite = root / "suite.yaml"
     suite.write_text(SUITE)
     base = root / "base"
@@ -80,5 +78,18 @@ def nightly_runs(root: Path) -> NightlyRuns:
     _import(flat_url, night[:20] + flat)
     made = NightlyRuns(base, suite, night, flat, drop_url, flat_url, time.perf_counter() - t0)
     print(f"\nnightly_runs: 40 real runs made and imported in {made.seconds:.1f} s")
-    _made[root] = made
-    return made
+    return json.loads(json.dumps(asdict(made), default=str))
+
+
+def nightly_runs(factory: pytest.TempPathFactory) -> NightlyRuns:
+    """The session's runs (made by the first caller)."""
+    made = build_once(factory, "history-nightly", _build)
+    return NightlyRuns(
+        base=Path(made["base"]),
+        suite=Path(made["suite"]),
+        night=[Path(p) for p in made["night"]],
+        flat=[Path(p) for p in made["flat"]],
+        drop_url=made["drop_url"],
+        flat_url=made["flat_url"],
+        seconds=made["seconds"],
+    )

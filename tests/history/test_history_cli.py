@@ -2,7 +2,7 @@
 
 The runs are real (`milabench run` of a paced benchmark, `milabench store import` into
 SQLite): 30 nights with a 10% drop from night20 on, and 30 nights without a change
-(tests/history/nightly_runs.py, made once per test process).
+(tests/history/nightly_runs.py, made once per test session).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> NightlyRuns:
-    return nightly_runs(tmp_path_factory.getbasetemp() / "history-nightly")
+    return nightly_runs(tmp_path_factory)
 
 
 def table_rows(markdown: str) -> list[list[str]]:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> NightlyRuns:
-    return nightly_runs(tmp_path_factory.getbasetemp() / "history-nightly")
+    return nightly_runs(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
