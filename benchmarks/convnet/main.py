@@ -24,8 +24,7 @@ from benchkit.exiting import run_and_exit
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, optimizer_step, setup
 from benchshared.datasets import data_dir
-
-IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+from benchshared.vision import class_samples
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,16 +55,7 @@ class ImageFolder(torch.utils.data.Dataset):
 
     def __init__(self, root: str | os.PathLike, image_size: int) -> None:
         self.root = Path(root)
-        classes = sorted(p.name for p in self.root.iterdir() if p.is_dir())
-        self.samples = [
-            (str(f), label)
-            for label, name in enumerate(classes)
-            for f in sorted((self.root / name).iterdir())
-            if f.suffix.lower() in IMAGE_SUFFIXES
-        ]
-        if not self.samples:
-            raise SystemExit(f"no images under {self.root}: run prepare.py first")
-        self.num_classes = len(classes)
+        self.samples, self.num_classes = class_samples(self.root)
         self.image_size = image_size
 
     def __len__(self) -> int:

@@ -32,6 +32,22 @@ def _torch() -> Any:
     return torch
 
 
+def class_samples(root: Path) -> tuple[list[tuple[str, int]], int]:
+    """The images of ``root/<class>/<image>`` as (path, label) in a stable order (classes
+    and files sorted by name), and the number of classes; exits with one line when there
+    are none."""
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+    samples = [
+        (str(f), label)
+        for label, name in enumerate(classes)
+        for f in sorted((root / name).iterdir())
+        if f.suffix.lower() in IMAGE_SUFFIXES
+    ]
+    if not samples:
+        raise SystemExit(f"no images under {root}: run prepare.py first")
+    return samples, len(classes)
+
+
 class JpegFolder:
     """``root/<class>/<image>``: a random resized crop (scale 0.08-1, ratio 3/4-4/3) and a
     horizontal flip, decoded with Pillow: torchvision's training recipe without
@@ -58,16 +74,7 @@ class JpegFolder:
         self.root = Path(root)
         if not self.root.is_dir():
             raise SystemExit(f"no image folder at {self.root}: run prepare.py first")
-        classes = sorted(p.name for p in self.root.iterdir() if p.is_dir())
-        self.samples = [
-            (str(f), label)
-            for label, name in enumerate(classes)
-            for f in sorted((self.root / name).iterdir())
-            if f.suffix.lower() in IMAGE_SUFFIXES
-        ]
-        if not self.samples:
-            raise SystemExit(f"no images under {self.root}: run prepare.py first")
-        self.num_classes = len(classes)
+        self.samples, self.num_classes = class_samples(self.root)
         self.image_size = image_size
         self.normalise = normalise
         self.color_jitter = color_jitter
