@@ -175,22 +175,26 @@ def count_flops_on_meta(make: Callable[[], Any], *, precision: str | None = None
     meta device, counted without running it (any size: a 70B model costs nothing): the
     step runs on meta tensors (`benchkit.memory.as_fake_cpu`) under the autocast of
     ``precision``, with attention in its plain form (two matmuls, which the counter
-    sees; fused CPU kernels it does not). What the tests compare analytic formulas with."""
+    sees; fused CPU kernels it does not); a deep stack is counted on shallow copies
+    (`benchkit.memory.by_depth`). What the tests compare analytic formulas with."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from benchkit.memory import AMP_DTYPES, as_fake_cpu
+    from benchkit.memory import AMP_DTYPES, as_fake_cpu, by_depth
 
     name = AMP_DTYPES.get(precision or "")
     amp = getattr(torch, name) if name else None
-    work = make()
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    as_fake_cpu([*work.trained, *work.frozen], mode)
-    with mode, sdpa_kernel(SDPBackend.MATH):
 
-        def step() -> None:
-            with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
-                work.step()
+    def counted(work: Any) -> dict[str, int]:
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        as_fake_cpu([*work.trained, *work.frozen], mode)
+        with mode, sdpa_kernel(SDPBackend.MATH):
 
-        return count_flops(step)
+            def step() -> None:
+                with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+                    work.step()
+
+            return {"flops": count_flops(step)}
+
+    return by_depth(make(), counted)["flops"]

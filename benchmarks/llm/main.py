@@ -121,14 +121,16 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def make_model(size: str, seq_len: int):
+def make_model(size: str, seq_len: int, layers: int | None = None):
+    """The Llama of ``size`` (`SIZES`), with ``layers`` decoder layers instead of its own
+    when given (the memory estimate's shallow copies); returns (model, vocabulary)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    hidden, layers, heads, kv_heads, intermediate, vocab = SIZES[size]
+    hidden, depth, heads, kv_heads, intermediate, vocab = SIZES[size]
     config = LlamaConfig(
         vocab_size=vocab,
         hidden_size=hidden,
-        num_hidden_layers=layers,
+        num_hidden_layers=depth if layers is None else layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         intermediate_size=intermediate,
@@ -193,11 +195,12 @@ def shard(model, args: argparse.Namespace, device: torch.device):
     return model
 
 
-def build(args: argparse.Namespace, where: torch.device):
+def build(args: argparse.Namespace, where: torch.device, layers: int | None = None):
     """The model of ``args`` built on ``where`` (a device, or meta) in ``--param-dtype``,
-    with checkpointing and LoRA adapters as asked; returns (model, vocabulary size)."""
+    with checkpointing and LoRA adapters as asked (and ``layers`` decoder layers when
+    given); returns (model, vocabulary size)."""
     with torch.device(where), default_dtype(PARAM_DTYPES[args.param_dtype]):
-        model, vocab = make_model(args.size, args.seq_len)
+        model, vocab = make_model(args.size, args.seq_len, layers)
         if args.gradient_checkpointing:
             checkpoint_layers(model)
         if args.lora:
@@ -265,17 +268,20 @@ def local_bytes(model) -> int:
     return total
 
 
-def workload(args: argparse.Namespace) -> Workload:
+def workload(args: argparse.Namespace, layers: int | None = None) -> Workload:
     """The model of ``args`` on the meta device and one step of a ``--batch-size`` x
-    ``--seq-len`` batch (`benchkit.memory`: estimates, FLOP counts)."""
-    model, _vocab = build(args, torch.device("meta"))
+    ``--seq-len`` batch (`benchkit.memory`: estimates, FLOP counts); with ``layers``, the
+    same model cut to that many decoder layers (the estimate's shallow copies)."""
+    model, _vocab = build(args, torch.device("meta"), layers)
     model.train()
 
     def step() -> None:
         ids = torch.zeros(args.batch_size, args.seq_len, dtype=torch.long)
         model(input_ids=ids, labels=ids).loss.backward()
 
-    return Workload([model], step)
+    if layers is not None:
+        return Workload([model], step, depth=layers)
+    return Workload([model], step, depth=SIZES[args.size][1], at_depth=lambda n: workload(args, n))
 
 
 def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Footprint:

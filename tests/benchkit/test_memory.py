@@ -155,3 +155,91 @@ def test_fake_gpu_spec_and_ranks(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "16")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert memory.ranks() == (16, 8)
+
+
+def _stack(depth: int, kind: str = "same") -> memory.Workload:
+    """A stack of ``depth`` checkpointed blocks (linear + GELU) under a head, built on the
+    meta device. ``kind``: ``same`` blocks; ``growing``, block i wider than block i - 1;
+    ``alternating``, every other block checkpointed. The last two are no line in the
+    depth."""
+    growing = kind == "growing"
+    from torch.utils.checkpoint import checkpoint
+
+    widths = [64 + (16 * i if growing else 0) for i in range(depth + 1)]
+    with torch.device("meta"):
+        blocks = torch.nn.ModuleList(
+            torch.nn.Linear(widths[i], widths[i + 1]) for i in range(depth)
+        )
+        head = torch.nn.Linear(widths[-1], 10)
+    model = torch.nn.ModuleDict({"blocks": blocks, "head": head})
+
+    def step() -> None:
+        h = torch.zeros(512, widths[0])
+        for i, block in enumerate(blocks):
+            f = lambda x, b=block: torch.nn.functional.gelu(b(x))  # noqa: E731
+            plain = kind == "alternating" and i % 2
+            h = f(h) if plain else checkpoint(f, h, use_reentrant=False)
+        head(h).logsumexp(-1).sum().backward()
+
+    return memory.Workload([model], step, depth=depth, at_depth=lambda n: _stack(n, kind))
+
+
+@pytest.mark.parametrize("kind", ["same", "growing", "alternating"])
+def test_a_deep_stack_is_measured_on_shallow_copies_exactly(kind, monkeypatch):
+    """The step's figures (memory, FLOPs) of a 24-block stack, extrapolated from copies
+    of 2, 3 and 4 blocks, equal the measurement of the whole stack; a stack whose blocks
+    differ is not a line in the depth: it is measured whole (the same figures again)."""
+    from benchkit.flops import count_flops_on_meta
+
+    measured = []
+
+    def spy(work: memory.Workload) -> dict[str, int]:
+        measured.append(work.depth)
+        return {"flops": count_flops_on_meta(lambda: memory.Workload(work.trained, work.step))}
+
+    whole = memory.step_memory(_stack(24, kind), None)
+    steps, real_step_memory = [], memory.step_memory
+
+    def step_spy(work: memory.Workload, amp: object) -> memory.StepMemory:
+        steps.append(work.depth)
+        return real_step_memory(work, amp)
+
+    monkeypatch.setattr(memory, "step_memory", step_spy)
+    assert memory.step_by_depth(_stack(24, kind), None) == whole
+    assert steps == ([2, 3, 4] if kind == "same" else [2, 3, 4, 24])
+    assert whole.peak > 0 and whole.grads > 0
+    counted = memory.by_depth(_stack(24, kind), spy)["flops"]
+    work = _stack(24, kind)
+    assert counted == count_flops_on_meta(lambda: memory.Workload(work.trained, work.step)) > 0
+    assert measured == ([2, 3, 4] if kind == "same" else [2, 3, 4, 24])
+
+
+def test_the_llm_estimate_from_shallow_copies_is_the_whole_models():
+    """The LLM benchmark's model (transformers' Llama with LoRA, checkpointing, bf16
+    autocast) at a small width and 12 layers: its step's memory and FLOPs from 2, 3 and
+    4 layers equal those of all 12 layers."""
+    import importlib.util
+    from pathlib import Path
+
+    from benchkit.flops import count_flops_on_meta
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "llm" / "main.py"
+    spec = importlib.util.spec_from_file_location("llm_main_depth", path)
+    llm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(llm)
+    llm.SIZES["test-12"] = (256, 12, 4, 2, 688, 4096)  # hidden, layers, heads, kv, mlp, vocab
+    args = llm.parse_args(["--size", "test-12", "--batch-size", "2", "--seq-len", "64",
+                           "--lora", "8", "--gradient-checkpointing", "--precision", "bf16"])  # fmt: skip
+    work = llm.workload(args)
+    assert work.depth == 12 and work.at_depth is not None
+    amp = torch.bfloat16
+    whole = memory.step_memory(llm.workload(args), amp)
+    assert memory.step_by_depth(work, amp) == whole and whole.peak > 0
+
+    def whole_model() -> memory.Workload:
+        full = llm.workload(args)
+        return memory.Workload(full.trained, full.step)  # no shallow copies: counted whole
+
+    assert count_flops_on_meta(lambda: llm.workload(args), precision="bf16") == (
+        count_flops_on_meta(whole_model, precision="bf16")
+    )
