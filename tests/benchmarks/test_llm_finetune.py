@@ -1,6 +1,7 @@
 """LLM fine-tuning paths of benchmarks/llm at tiny sizes on CPU: LoRA (peft) in one
 process, LoRA under DDP and under FSDP2, full fine-tuning under FSDP2 (2 torchrun ranks,
-gloo), gradient accumulation, and the analytic FLOPs formula against the counted one.
+gloo; one run per configuration checks both its training and its sharded start-up),
+gradient accumulation, and the analytic FLOPs formula against the counted one.
 LoRA in one process and under FSDP2 in fp32 are read from the session's smoke run
 (smokerun.py: llm-lora-single, llm-lora-ddp-gpus); the other paths run here."""
 
@@ -50,27 +51,25 @@ def test_lora_single_trains_only_the_adapters(smoke: SmokeRun):
     )  # fmt: skip
 
 
+def check_two_ranks(run, mode: str) -> None:
+    """What every 2-rank run must show: the parallel ``mode`` it ran in, one stop event
+    (only rank 0 writes) and ranks that left without a torn-down group's complaint."""
+    assert f", {mode}, " in run.stdout
+    assert len(run.events("stop")) == 1  # only rank 0 writes
+    assert "destroy_process_group" not in run.stderr and "terminate called" not in run.stderr
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "extra, mode",
-    [
-        (["--lora", "8"], "ddp"),
-        (["--fsdp", "--cpu-offload", "--param-dtype", "bf16", "--precision", "bf16"], "fsdp"),
-        (["--fsdp", *FULL_AS_UPSTREAM], "fsdp"),
-    ],
-    ids=["lora-ddp", "full-fsdp-offload-bf16", "full-fsdp-upstream"],
-)
-def test_two_ranks(extra, mode, python):
+def test_two_ranks_lora_ddp(python):
+    """LoRA under DDP on 2 gloo ranks (the FSDP2 paths: the sharded test below)."""
     run = run_smuggled(
         [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *TINY,
-         "--backend", "gloo", "--gradient-checkpointing", *extra],
+         "--backend", "gloo", "--gradient-checkpointing", "--lora", "8"],
         bench_env(stop=3, skip=1),
         BENCHMARKS / "llm",
     )  # fmt: skip
     check_budget(run, 3, "Tok/s")
-    assert f", {mode}, " in run.stdout
-    assert len(run.events("stop")) == 1  # only rank 0 writes
-    assert "destroy_process_group" not in run.stderr and "terminate called" not in run.stderr
+    check_two_ranks(run, "ddp")
 
 
 def test_two_ranks_lora_fsdp(smoke: SmokeRun):
@@ -115,18 +114,20 @@ MATERIALISED = re.compile(
     "extra, dtype_bytes",
     [
         (["--lora", "8", "--param-dtype", "bf16"], 2),
-        (["--shard-embeddings", "--param-dtype", "bf16", "--precision", "bf16"], 2),
+        (FULL_AS_UPSTREAM, 2),
         (["--cpu-offload", "--param-dtype", "bf16", "--precision", "bf16"], 2),
         (["--param-dtype", "fp32", "--precision", "fp32"], 4),
     ],
-    ids=["lora-bf16", "full-bf16-embeddings-apart", "full-offload-bf16", "full-fp32"],
+    ids=["lora-bf16", "full-upstream", "full-offload-bf16", "full-fp32"],
 )
 def test_sharded_ranks_materialise_only_their_shards(extra, dtype_bytes, python):
-    """The 70B entries' code path at a tiny size on 2 gloo ranks: the model is built on
-    the meta device, sharded there, and each rank then makes its own shards only, in the
-    precision asked for. Every tensor a rank makes while it builds is counted
-    (`benchkit.memory.LiveBytes`): the most it ever holds is its half of the weights
-    (plus the padding of uneven shards), never the whole model."""
+    """The 70B entries' code path at a tiny size on 2 gloo ranks, FSDP2 with LoRA, as
+    upstream's full fine-tuning (embeddings and head sharded apart, foreach AdamW, bf16),
+    with CPU offload, and in fp32: the model is built on the meta device, sharded there,
+    and each rank then makes its own shards only, in the precision asked for. Every
+    tensor a rank makes while it builds is counted (`benchkit.memory.LiveBytes`): the
+    most it ever holds is its half of the weights (plus the padding of uneven shards),
+    never the whole model. Each run also trains and ends as a 2-rank run must."""
     run = run_smuggled(
         [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *TINY,
          "--backend", "gloo", "--gradient-checkpointing", "--fsdp", *extra],
@@ -134,6 +135,7 @@ def test_sharded_ranks_materialise_only_their_shards(extra, dtype_bytes, python)
         BENCHMARKS / "llm",
     )  # fmt: skip
     check_budget(run, 2, "Tok/s")
+    check_two_ranks(run, "fsdp")
     found = {int(m[0]): tuple(map(int, m[1:])) for m in MATERIALISED.findall(run.stdout)}
     assert set(found) == {0, 1}, run.stdout[-2000:]
     llm = load_llm_main()
