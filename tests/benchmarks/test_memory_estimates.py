@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from dimenetbases import dimenet_cache
 
 from benchkit.memory import GIB, GPU_RESERVE, HOST_RUNTIME, REFERENCE_GPU, REFERENCE_HOST
 
@@ -88,13 +89,15 @@ def jobs() -> dict[str, tuple[str, dict]]:
 
 
 @pytest.fixture(scope="module")
-def estimates() -> dict[str, dict]:
-    """Entry name -> ``{"footprint": {...}}`` or ``{"error": ...}``, one process per folder."""
+def estimates(tmp_path_factory) -> dict[str, dict]:
+    """Entry name -> ``{"footprint": {...}}`` or ``{"error": ...}``, one process per folder
+    (DimeNet's bases from the session's cache: dimenetbases.py)."""
     by_folder: dict[str, list[tuple[str, dict]]] = defaultdict(list)
     for name, (folder, job) in jobs().items():
         by_folder[folder].append((name, job))
     env = dict(os.environ)
     env.pop("MILABENCH_FAKE_GPUS", None)
+    env["XDG_CACHE_HOME"] = str(dimenet_cache(tmp_path_factory))
 
     def estimate(folder: str, items: list[tuple[str, dict]]) -> list[dict]:
         path = os.pathsep.join([str(ROOT), folder, env.get("PYTHONPATH", "")])
