@@ -9,13 +9,15 @@ without one test disturbing another.
   or by ``@pytest.mark.quiet`` on a test. Quiet tests run at the end of the session,
   the longest ordinary files (`FIRST_FILES`) at its start, the files reading the shared
   smoke run (the ``smoke`` fixture) after the ordinary ones.
+* **OpenMP threads sleep when they wait** (`OPENMP_WAIT`): every process of the session
+  and everything it starts gets ``OMP_WAIT_POLICY=PASSIVE`` unless it was set.
 * **One apt-get at a time** (`machine_lock`): dpkg takes a lock of its own and a second
   install fails at once instead of waiting.
 
-Both are `fcntl.flock` locks on files of the temporary folder: the quiet rule is a
-readers-writer lock shared by the workers of one run (``PYTEST_XDIST_TESTRUNUID``), with a
-turnstile so that a quiet test waiting for the others is not passed by the next test of
-the other worker. Without xdist nothing is locked (a single process runs one test at a
+The quiet rule and the apt-get rule are `fcntl.flock` locks on files of the temporary
+folder: the quiet rule is a readers-writer lock shared by the workers of one run
+(``PYTEST_XDIST_TESTRUNUID``), with a turnstile so that a quiet test waiting for the
+others is not passed by the next test of the other worker. Without xdist nothing is locked (a single process runs one test at a
 time anyway).
 """
 
@@ -45,7 +47,6 @@ QUIET_FILES = frozenset(
         "tests/history/test_site.py",  # the same runs (nightly_runs.py), made alone
         "tests/report/test_real_runs.py",  # A/B of real runs
         "tests/scripts/test_emulated_hosts.py",
-        "tests/scripts/test_perf_thirdparty.py",
     }
 )
 
@@ -104,10 +105,20 @@ def _slot_files(run: str) -> tuple[Path, Path]:
     return Path(f"{base}.turnstile.lock"), Path(f"{base}.room.lock")
 
 
+# OpenMP threads that wait for work sleep instead of spinning. The tests share the CPUs
+# (two workers, torchrun's ranks, a benchmark's threads): a spinning thread burns the
+# time slice a neighbour needed. Two threads of torch next to one busy process spent
+# 2.5x the CPU time on the same work spinning (docs/testing.md); the default stays for
+# benchmark runs outside the tests, which have their CPUs to themselves.
+OPENMP_WAIT = ("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def configure(config: pytest.Config) -> None:
     """In the session's controller, name the run (xdist's ``--testrunuid``, which the
     workers read as ``PYTEST_XDIST_TESTRUNUID``) so that `unconfigure` can remove its lock
-    files."""
+    files; in every process of the session, and so in everything the tests start,
+    `OPENMP_WAIT` unless the caller chose a policy."""
+    os.environ.setdefault(*OPENMP_WAIT)
     if not hasattr(config, "workerinput") and hasattr(config.option, "testrunuid"):
         config.option.testrunuid = config.option.testrunuid or uuid.uuid4().hex
 
