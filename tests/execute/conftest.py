@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -10,6 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from milabench.events import read_events
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE / "benchmarks"
@@ -113,3 +117,27 @@ class Collect:
 
     def close(self):
         pass
+
+
+SUITE = HERE / "suites" / "faults.yaml"  # the command-line tests' suite
+
+
+def milabench(*args, base, mark="", check=None, timeout=120, env=None):
+    """``python -m milabench ARGS`` (``run`` and ``matrix`` on `SUITE` and ``base``, the
+    current environment), its processes marked with ``mark``; ``check``: the exit code
+    it must have."""
+    env = dict(env or os.environ, MILABENCH_TEST_MARK=mark or "none", MILABENCH_DASH="no")
+    cmd = [sys.executable, "-m", "milabench", *args]
+    if args and args[0] in ("run", "matrix"):
+        cmd += ["--config", str(SUITE), "--base", str(base), "--use-current-env"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if check is not None:
+        assert proc.returncode == check, proc.stdout + proc.stderr
+    return proc
+
+
+def data_events(path):
+    """The events of a run file, every line checked to be strict JSON first."""
+    for line in path.read_text().splitlines():
+        json.loads(line)
+    return list(read_events(path))
