@@ -1,7 +1,7 @@
 """Shared test set-up: make the small helper modules of `tests/` importable, apply the CI
-rule for skips (the hooks of tests/systemtools.py) and the parallel workers' rule (quiet
-tests run alone: tests/concurrency.py), and find (or install) the headless
-Chromium the HTML tests draw pages with."""
+rule for skips (the hooks of tests/systemtools.py), the parallel workers' rule (quiet
+tests run alone: tests/concurrency.py) and the optional CPU log (tests/cputime.py), and
+find (or install) the headless Chromium the HTML tests draw pages with."""
 
 import sys
 from pathlib import Path
@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import concurrency  # noqa: E402
+import cputime  # noqa: E402
 import systemtools  # noqa: E402
 from concurrency import (  # noqa: E402, F401  (the hooks are registered by being here)
     pytest_collection_modifyitems,
@@ -30,6 +31,7 @@ from systemtools import (  # noqa: E402, F401  (the hooks are registered by bein
 def pytest_configure(config: pytest.Config) -> None:
     systemtools.pytest_configure(config)
     concurrency.configure(config)
+    config.pluginmanager.register(cputime, "milabench-cputime")
 
 
 @pytest.fixture(scope="session")
