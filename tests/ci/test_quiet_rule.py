@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -42,7 +44,8 @@ def test_quiet(i):
 """
 
 CONFTEST = """
-from concurrency import pytest_collection_modifyitems, pytest_runtest_protocol
+from concurrency import configure as pytest_configure
+from concurrency import pytest_collection_modifyitems, pytest_runtest_protocol, pytest_unconfigure
 """
 
 
@@ -60,11 +63,14 @@ def test_quiet_tests_run_alone_and_the_others_in_parallel(tmp_path: Path):
     log = tmp_path / "spells.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(tmp_path)]), MB_QUIET_LOG=str(log))
+    run = uuid.uuid4().hex
     argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
-            "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
+            "--testrunuid", run, "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # the run's lock files are gone with it
+    assert not list(Path(tempfile.gettempdir()).glob(f"milabench-tests-{run}*"))
     spells = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(spells) == 6
     quiet = [s for s in spells if s[0].startswith("quiet")]
