@@ -176,7 +176,10 @@ def _stack(depth: int, kind: str = "same") -> memory.Workload:
     def step() -> None:
         h = torch.zeros(512, widths[0])
         for i, block in enumerate(blocks):
-            f = lambda x, b=block: torch.nn.functional.gelu(b(x))  # noqa: E731
+
+            def f(x: torch.Tensor, b: torch.nn.Module = block) -> torch.Tensor:
+                return torch.nn.functional.gelu(b(x))
+
             plain = kind == "alternating" and i % 2
             h = f(h) if plain else checkpoint(f, h, use_reentrant=False)
         head(h).logsumexp(-1).sum().backward()

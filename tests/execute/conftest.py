@@ -122,14 +122,21 @@ class Collect:
 SUITE = HERE / "suites" / "faults.yaml"  # the command-line tests' suite
 
 
-def milabench(*args, base, mark="", check=None, timeout=120, env=None):
-    """``python -m milabench ARGS`` (``run`` and ``matrix`` on `SUITE` and ``base``, the
-    current environment), its processes marked with ``mark``; ``check``: the exit code
-    it must have."""
-    env = dict(env or os.environ, MILABENCH_TEST_MARK=mark or "none", MILABENCH_DASH="no")
+def milabench_argv(*args: str, base: Path, current_env: bool = True) -> list[str]:
+    """``python -m milabench ARGS``; ``run`` and ``matrix`` on `SUITE` and ``base``, in
+    the current environment unless ``current_env`` is false."""
     cmd = [sys.executable, "-m", "milabench", *args]
     if args and args[0] in ("run", "matrix"):
-        cmd += ["--config", str(SUITE), "--base", str(base), "--use-current-env"]
+        cmd += ["--config", str(SUITE), "--base", str(base)]
+        cmd += ["--use-current-env"] if current_env else []
+    return cmd
+
+
+def milabench(*args, base, mark="", check=None, timeout=120, env=None, current_env=True):
+    """`milabench_argv` run to its end, its processes marked with ``mark``, the dashboard
+    off; ``check``: the exit code it must have."""
+    env = dict(env or os.environ, MILABENCH_TEST_MARK=mark or "none", MILABENCH_DASH="no")
+    cmd = milabench_argv(*args, base=base, current_env=current_env)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if check is not None:
         assert proc.returncode == check, proc.stdout + proc.stderr

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from .conftest import SUITE, data_events, marked_processes, milabench
+from .conftest import data_events, marked_processes, milabench
 
 
 @pytest.mark.slow
@@ -67,27 +65,8 @@ def test_capability_skip_and_missing_env(tmp_path):
     assert "len(nodes) >= 2" in events[1]["data"]["message"]
     assert events[2]["data"]["return_code"] == "SKIPPED"
     # without --use-current-env the venv does not exist: recorded error, suite goes on
-    env = dict(os.environ, MILABENCH_DASH="no")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "milabench",
-            "run",
-            "--config",
-            str(SUITE),
-            "--base",
-            str(tmp_path),
-            "--select",
-            "healthy,noop",
-            "--run-name",
-            "noenv",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = milabench("run", "--select", "healthy,noop", "--run-name", "noenv", base=tmp_path,
+                     current_env=False)  # fmt: skip
     assert proc.returncode == 1
     for name in ("healthy", "noop"):
         events = data_events(tmp_path / "runs" / "noenv" / f"{name}.data")

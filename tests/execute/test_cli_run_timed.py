@@ -7,33 +7,18 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from .conftest import SUITE, data_events, marked_processes, milabench, wait_no_marked
+from .conftest import data_events, marked_processes, milabench, milabench_argv, wait_no_marked
 
 
 @pytest.mark.quiet  # measures time on this machine: runs alone
 @pytest.mark.slow
 def test_sigint_during_run(tmp_path, mark):
     env = dict(os.environ, MILABENCH_TEST_MARK=mark, MILABENCH_DASH="no")
-    cmd = [
-        sys.executable,
-        "-m",
-        "milabench",
-        "run",
-        "--config",
-        str(SUITE),
-        "--base",
-        str(tmp_path),
-        "--use-current-env",
-        "--select",
-        "interrupt,noop",
-        "--run-name",
-        "sigint",
-    ]
+    cmd = milabench_argv("run", "--select", "interrupt,noop", "--run-name", "sigint", base=tmp_path)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     data = tmp_path / "runs" / "sigint" / "slowstart.D0.data"
     deadline = time.monotonic() + 60
