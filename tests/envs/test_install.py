@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -127,6 +128,27 @@ def test_repeat_install_is_a_fast_no_op(mb):
     assert elapsed < 2.0
     assert install_logs(mb.base) == logs_before  # no process started, no log folder
     assert (venv(mb.base, "alpha") / MARKER_NAME).read_text() == marker_before
+
+
+def test_the_same_files_in_another_folder_are_up_to_date(mb, workdir, milabench_runner):
+    """The inputs are the files' contents, not their paths: the suite, its benchmark
+    folders and the constraints copied elsewhere (a moved clone; the code `milabench
+    fleet` pushes to a new folder of a node on every run) find the environment made."""
+    assert mb("install", "--select", "alpha").returncode == 0
+    moved = workdir / "moved"
+    shutil.copytree(workdir / "suite", moved / "suite")
+    shutil.copytree(workdir / "constraints", moved / "constraints")
+    env = {**mb.env, "MILABENCH_INSTALL_CONSTRAINTS_DIR": str(moved / "constraints")}
+    again = milabench_runner(moved / "suite" / "suite.yaml", mb.base, env)
+    proc = again("install", "--select", "alpha")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "up to date" in summary_row(proc.stdout, "alpha")
+    # ...while a changed content in the new folder is still seen
+    (moved / "constraints" / "cpu.txt").write_text("# test constraints\nmbtiny<2\n")
+    proc = again("install", "--select", "alpha")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "installed" in summary_row(proc.stdout, "alpha")
+    assert "changed: constraints" in proc.stdout
 
 
 def test_changed_requirements_reinstall(mb):
