@@ -19,32 +19,43 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+from typing import Any
 
 from benchkit.memory import Footprint, Workload, estimate, sibling_main
 
 
-def workload(args: argparse.Namespace) -> Workload:
+def workload(args: argparse.Namespace, depth: int | None = None, batch: Any = None) -> Workload:
     """The student (trained), the teacher (frozen) and one step of ``--batch-size``
-    images, on the meta device, in the computation's dtype."""
+    images, on the meta device, in the computation's dtype; with ``depth``, both with
+    that many blocks, over ``batch`` (the shallow copies of `benchkit.memory.by_depth`
+    see the masks the whole model sees: the iBOT head's work depends on their count)."""
     import torch
+
+    from benchshared.vit import ARCHES
 
     bench = sibling_main(__file__)
     dtype = bench.PARAM_DTYPES.get(args.precision, torch.float32)
     with torch.device("meta"):
-        student = bench.build(args).to(dtype)
+        student = bench.build(args, depth).to(dtype)
         teacher = copy.deepcopy(student).requires_grad_(False).eval()
     student.train()
     # the batch is made here, real (its masks are drawn from real crops), small beside
     # the step: fp16 crops of ``--batch-size`` images
     g, loc = args.global_size, args.local_size
     crops = [(torch.zeros(2, 3, g, g), torch.zeros(args.local_crops, 3, loc, loc))]
-    batch = bench.Collate(args)(crops * args.batch_size)
+    if batch is None:
+        batch = bench.Collate(args)(crops * args.batch_size)
 
     def step() -> None:
         losses = bench.train_losses(student, teacher, batch, args, torch.device("cpu"), dtype)
         sum(losses.values()).backward()
 
-    return Workload([student], step, frozen=[teacher])
+    if depth is not None:
+        return Workload([student], step, frozen=[teacher], depth=depth)
+    full = ARCHES[args.arch][1]
+    return Workload(
+        [student], step, frozen=[teacher], depth=full, at_depth=lambda n: workload(args, n, batch)
+    )
 
 
 def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Footprint:

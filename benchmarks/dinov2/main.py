@@ -125,13 +125,14 @@ class DinoHead(nn.Module):
         return self.last_layer(F.normalize(x, dim=-1, p=2, eps=eps))
 
 
-def build(args: argparse.Namespace) -> nn.ModuleDict:
-    """The student: backbone, DINO head, iBOT head (the teacher is its copy)."""
+def build(args: argparse.Namespace, depth: int | None = None) -> nn.ModuleDict:
+    """The student: backbone, DINO head, iBOT head (the teacher is its copy); with
+    ``depth``, a backbone of that many blocks (`build_vit`)."""
     tokens = (args.global_size // args.patch) ** 2
     backbone = build_vit(
         args.arch, patch=args.patch, cls_token=True, max_tokens=tokens, mask_token=True,
         drop_path=args.drop_path, layer_scale=args.layer_scale, chunks=args.block_chunks,
-        checkpointing=args.gradient_checkpointing,
+        checkpointing=args.gradient_checkpointing, depth=depth,
     )  # fmt: skip
     dim, hidden = backbone.dim, args.head_hidden
     return nn.ModuleDict(

@@ -25,15 +25,19 @@ def masks(args: argparse.Namespace) -> list[tuple]:
     return list(zip(context, targets, strict=True))
 
 
-def workload(args: argparse.Namespace, sets: list[tuple]) -> Workload:
+def workload(args: argparse.Namespace, sets: list[tuple], depth: int | None = None) -> Workload:
     """Encoder and predictor (trained), target (frozen) and one step of ``--batch-size``
-    clips masked by ``sets`` (`masks`), on the meta device."""
+    clips masked by ``sets`` (`masks`), on the meta device; with ``depth``, encoder and
+    target with that many blocks (the shallow copies of `benchkit.memory.by_depth`; the
+    predictor keeps its own)."""
     import torch
+
+    from benchshared.vit import ARCHES
 
     bench = sibling_main(__file__)
     tokens = (args.frames // args.tubelet) * (args.image_size // args.patch) ** 2
     with torch.device("meta"):
-        encoder, predictor = bench.build(args, tokens)
+        encoder, predictor = bench.build(args, tokens, depth)
         target = copy.deepcopy(encoder).requires_grad_(False)
     encoder.train()
     predictor.train()
@@ -43,7 +47,12 @@ def workload(args: argparse.Namespace, sets: list[tuple]) -> Workload:
         x = torch.zeros(args.batch_size, 3, args.frames, args.image_size, args.image_size)
         bench.jepa_loss(target, encoder, predictor, x, context, targets).backward()
 
-    return Workload([encoder, predictor], step, frozen=[target])
+    if depth is not None:
+        return Workload([encoder, predictor], step, frozen=[target], depth=depth)
+    return Workload(
+        [encoder, predictor], step, frozen=[target], depth=ARCHES[args.arch][1],
+        at_depth=lambda n: workload(args, sets, n),
+    )  # fmt: skip
 
 
 def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Footprint:

@@ -244,11 +244,14 @@ class Predictor(nn.Module):
         return self.out(x[:, keep.shape[-1] :])
 
 
-def build(args: argparse.Namespace, tokens: int) -> tuple[nn.Module, Predictor]:
-    """The encoder (its positions fixed, as jepa's) and the predictor."""
+def build(
+    args: argparse.Namespace, tokens: int, depth: int | None = None
+) -> tuple[nn.Module, Predictor]:
+    """The encoder (its positions fixed, as jepa's) and the predictor; with ``depth``, an
+    encoder of that many blocks (`build_vit`)."""
     encoder = build_vit(
         args.arch, patch=args.patch, tubelet=args.tubelet, max_tokens=tokens,
-        checkpointing=args.gradient_checkpointing,
+        checkpointing=args.gradient_checkpointing, depth=depth,
     )  # fmt: skip
     encoder.pos.requires_grad_(False)
     return encoder, Predictor(args.predictor, args.arch, tokens, len(args.mask_blocks))

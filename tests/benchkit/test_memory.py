@@ -217,6 +217,40 @@ def test_a_deep_stack_is_measured_on_shallow_copies_exactly(kind, monkeypatch):
     assert measured == ([2, 3, 4] if kind == "same" else [2, 3, 4, 24])
 
 
+VIT_CASES = {  # benchmark folder: main.py's options (a 12-block ViT-S, small inputs)
+    "dinov2": ["--arch", "small", "--batch-size", "2", "--global-size", "56",
+               "--local-size", "28", "--local-crops", "2", "--prototypes", "512",
+               "--ibot-prototypes", "512", "--head-hidden", "256", "--precision", "fp16"],
+    "vjepa": ["--arch", "small", "--predictor", "small", "--batch-size", "2",
+              "--frames", "4", "--image-size", "64", "--precision", "bf16"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("folder", sorted(VIT_CASES))
+def test_the_vit_estimates_from_shallow_copies_are_the_whole_models(folder):
+    """DINOv2 (student and teacher, its random iBOT masks drawn once for every copy) and
+    V-JEPA (encoder and target cut, the predictor whole) at 12 blocks: the step's memory
+    from 2, 3 and 4 blocks equals that of all 12 (the FLOP count takes the same copies,
+    `by_depth`)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / folder / "footprint.py"
+    spec = importlib.util.spec_from_file_location(f"{folder}_footprint_depth", path)
+    footprint = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(footprint)
+    args = memory.sibling_main(str(path)).parse_args(VIT_CASES[folder])
+    extra = (footprint.masks(args),) if folder == "vjepa" else ()
+    amp = torch.float16 if args.precision == "fp16" else torch.bfloat16
+    torch.manual_seed(0)
+    work = footprint.workload(args, *extra)
+    assert work.depth == 12 and work.at_depth is not None
+    torch.manual_seed(0)
+    full = footprint.workload(args, *extra)  # the same batch, measured whole
+    whole = memory.step_memory(memory.Workload(full.trained, full.step, full.frozen), amp)
+    assert memory.step_by_depth(work, amp) == whole and whole.peak > 0
+
+
 def test_the_llm_estimate_from_shallow_copies_is_the_whole_models():
     """The LLM benchmark's model (transformers' Llama with LoRA, checkpointing, bf16
     autocast) at a small width and 12 layers: its step's memory and FLOPs from 2, 3 and

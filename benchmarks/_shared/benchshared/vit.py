@@ -50,6 +50,7 @@ def build_vit(
     layer_scale: float | None = None,
     mask_token: bool = False,
     chunks: int = 1,
+    depth: int | None = None,
 ) -> Any:
     """A ViT encoder: patch (or tubelet) embedding, learned positions, an optional CLS
     token, blocks, final norm. ``forward(images, keep=None, masks=None)`` returns token
@@ -64,13 +65,15 @@ def build_vit(
     iBOT masking). ``heads`` overrides the arch's head count (V-JEPA's predictor takes
     the encoder's). ``drop_path`` and ``layer_scale``: see `Block.residual`. ``chunks``:
     the blocks grouped in that many `Chunk` modules (DINOv2's ``block_chunks``: its FSDP
-    units). ``images`` may be a list (DINOv2's student gets its global and local crops
+    units). ``depth``: that many blocks instead of the arch's (the shallow copies of the
+    memory estimates and FLOP counts, `benchkit.memory.by_depth`). ``images`` may be a list (DINOv2's student gets its global and local crops
     together, ``masks`` a list beside them): the output is then a list too."""
     import torch
     from torch import nn
     from torch.nn import functional as F
 
-    dim, depth, arch_heads, hidden, swiglu = ARCHES[arch]
+    dim, arch_depth, arch_heads, hidden, swiglu = ARCHES[arch]
+    depth = arch_depth if depth is None else depth
     heads = heads or arch_heads
 
     class FeedForward(nn.Module):
