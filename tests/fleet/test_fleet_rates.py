@@ -34,13 +34,14 @@ from systemtools import cannot_run_here
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.timeout(FLEET_TIMEOUT + 300)]
 
 
-# The rate comparisons need rates, not the suite's +-2% ones: a shorter window (the
-# throttled node is 2.5x slower; a node's rate is known within +-5% in seconds).
+# The rate comparisons need rates, not the suite's +-2% ones: a shorter window. The
+# throttled node is 2.5x slower and healthy ones 2% apart, so +-10% decides both verdicts
+# (the slow rule also wants the node's interval below the median): known in seconds.
 SHORT = (
     *("--override", "flops-fp32.measure.warmup_max=3s"),
     *("--override", "flops-fp32.measure.min=2s"),
     *("--override", "flops-fp32.measure.max=8s"),
-    *("--override", "flops-fp32.measure.precision=0.05"),
+    *("--override", "flops-fp32.measure.precision=0.1"),
 )
 
 
