@@ -2,7 +2,7 @@
 
     python scripts/perf_overhead.py            # table
     python scripts/perf_overhead.py --json     # machine-readable
-    python scripts/perf_overhead.py --quick    # fewer rounds (smoke run)
+    python scripts/perf_overhead.py --quick    # fewer rounds and paired blocks (smoke run)
 
 (a) instrumentation overhead: `perf_workload.py` (CPU MLP training) run bare vs under the
     orchestrator's runner (`milabench.execute.runner`: process group, stdout/stderr/data
@@ -167,8 +167,9 @@ def _perf_from_stdout(text: str) -> tuple[float, float]:
     raise RuntimeError(f"workload printed no PERF line:\n{text[-2000:]}")
 
 
-def measure_overhead(rounds: int, steps: int, workdir: Path) -> dict:
-    """(a): interleaved bare / instrumented rounds, medians of items/s."""
+def measure_overhead(rounds: int, steps: int, workdir: Path, blocks: int = 60) -> dict:
+    """(a): interleaved bare / instrumented rounds, medians of items/s; and ``blocks``
+    alternating blocks inside one process (`_paired_overhead`)."""
     bare, inst = [], []
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("DATA_FD", None)
@@ -196,7 +197,7 @@ def measure_overhead(rounds: int, steps: int, workdir: Path) -> dict:
                 inst.append(_perf_from_stdout(text))
             else:
                 inst.append(_perf_under_voir_pipe(args, env))
-    paired = _paired_overhead(env)
+    paired = _paired_overhead(env, blocks)
     b, i = statistics.median(x[0] for x in bare), statistics.median(x[0] for x in inst)
     bc, ic = statistics.median(x[1] for x in bare), statistics.median(x[1] for x in inst)
     return {
@@ -574,7 +575,9 @@ def table(results: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (smoke run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer rounds and paired blocks (smoke run)"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="rounds for (a) and (b)")
     parser.add_argument("--steps", type=int, default=None, help="workload steps for (a)")
     parser.add_argument("--lines", type=int, default=None, help="lines for (c)")
@@ -600,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         if "b" in only:
             results["launch"] = measure_launch(rounds, work)
         if "a" in only:
-            results["overhead"] = measure_overhead(rounds, steps, work)
+            results["overhead"] = measure_overhead(rounds, steps, work, 10 if args.quick else 60)
     results["loadavg_after"] = os.getloadavg()
     if args.json:
         print(json.dumps(results, indent=2))

@@ -58,7 +58,7 @@ sleeper:
   weight: 1
   plan:
     method: per_gpu
-  measure: {warmup_min: 0.1s, warmup_max: 0.5s, min: 0.8s, max: 1.2s, min_observations: 3,
+  measure: {warmup_min: 0.1s, warmup_max: 0.3s, min: 0.4s, max: 0.6s, min_observations: 3,
             startup: 60s}
 """
 

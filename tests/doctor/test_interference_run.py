@@ -48,7 +48,7 @@ def test_a_cpu_hog_is_named_for_the_benchmark_it_ran_in_only(tmp_path):
     hog = None
     try:
         _wait(lambda: '"warmup"' in _data(run, "b"), 120, proc)  # b's window has begun
-        time.sleep(2.0)  # halfway through its 6 s window
+        time.sleep(1.0)  # a second into its 3 s window: the hog has the other two
         hog = subprocess.Popen([str(hog_exe)], stdout=subprocess.DEVNULL)
         _wait(lambda: '"window"' in _data(run, "b"), 60, proc)  # b's window is over
         hog.kill()
