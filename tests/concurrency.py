@@ -1,11 +1,11 @@
-"""Running the tests on parallel workers (pytest-xdist, `-n 2` in the README's command)
-without one test disturbing another.
+"""Running the tests on parallel workers (pytest-xdist, ``-n auto`` in the README's
+command: `pytest_xdist_auto_num_workers`) without one test disturbing another.
 
 * **Quiet tests run alone.** A test that measures the machine (rates compared across
   nodes or runs, a CPU hog that must be the only neighbour, wall-clock bounds) is marked
   ``quiet``: while it runs (setup, call, teardown) no other test runs on any worker, and
-  it waits for the running ones to end. Every other test may share the machine with one
-  other. The marker is set on the files of `QUIET_FILES` (`pytest_collection_modifyitems`)
+  it waits for the running ones to end. Every other test may share the machine with the
+  other workers' tests. The marker is set on the files of `QUIET_FILES` (`pytest_collection_modifyitems`)
   or by ``@pytest.mark.quiet`` on a test. Quiet tests run at the end of the session,
   the longest ordinary files (`FIRST_FILES`) at its start, the files reading the shared
   smoke run (the ``smoke`` fixture) after the ordinary ones.
@@ -95,9 +95,11 @@ MAX_WORKERS = 4
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto`` (the project's default, pyproject.toml): one worker a CPU, at most
-    `MAX_WORKERS`."""
-    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+    """``-n auto`` (the project's default, pyproject.toml): one worker more than the CPUs,
+    at most `MAX_WORKERS`. Some ordinary tests wait on what is not their worker's CPU (sshd
+    sessions, slurmd, the package index, a browser): with one worker a CPU a core then
+    idles in stretches (docs/testing.md)."""
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) + 1))
 
 
 def _slot_files(run: str) -> tuple[Path, Path]:
