@@ -5,10 +5,11 @@ command: `pytest_xdist_auto_num_workers`) without one test disturbing another.
   nodes or runs, a CPU hog that must be the only neighbour, wall-clock bounds) is marked
   ``quiet``: while it runs (setup, call, teardown) no other test runs on any worker, and
   it waits for the running ones to end. Every other test may share the machine with the
-  other workers' tests. The marker is set on the files of `QUIET_FILES` (`pytest_collection_modifyitems`)
-  or by ``@pytest.mark.quiet`` on a test. Quiet tests run at the end of the session,
-  the longest ordinary files (`FIRST_FILES`) at its start, the files reading the shared
-  smoke run (the ``smoke`` fixture) after the ordinary ones.
+  other workers' tests. The marker is set on the files of `QUIET_FILES`
+  (`pytest_collection_modifyitems`) or by ``@pytest.mark.quiet`` on a test. Quiet tests
+  run at the end of the session, the longest ordinary files (`FIRST_FILES`) at its
+  start, the files reading the shared smoke run (the ``smoke`` fixture) after the
+  ordinary ones.
 * **OpenMP threads sleep when they wait** (`OPENMP_WAIT`): every process of the session
   and everything it starts gets ``OMP_WAIT_POLICY=PASSIVE`` unless it was set.
 * **One apt-get at a time** (`machine_lock`): dpkg takes a lock of its own and a second
@@ -17,8 +18,8 @@ command: `pytest_xdist_auto_num_workers`) without one test disturbing another.
 The quiet rule and the apt-get rule are `fcntl.flock` locks on files of the temporary
 folder: the quiet rule is a readers-writer lock shared by the workers of one run
 (``PYTEST_XDIST_TESTRUNUID``), with a turnstile so that a quiet test waiting for the
-others is not passed by the next test of the other worker. Without xdist nothing is locked (a single process runs one test at a
-time anyway).
+others is not passed by the next test of another worker. Without xdist nothing is locked
+(a single process runs one test at a time anyway).
 """
 
 from __future__ import annotations

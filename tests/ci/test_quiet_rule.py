@@ -202,3 +202,22 @@ def test_a_shared_build_is_made_once_for_every_worker(tmp_path: Path, fails: boo
         assert done.returncode == 1 and "2 failed" in done.stdout, done.stdout[-3000:]
         assert "the shared build 'thing' failed" in done.stdout
         assert "RuntimeError: the build broke" in done.stdout
+
+
+def test_auto_workers_are_one_more_than_the_cpus():
+    """``-n auto`` (`concurrency.pytest_xdist_auto_num_workers`) in a process that may use
+    one CPU (``taskset -c 0``) and in one that may use every CPU of this machine."""
+    from systemtools import require
+
+    require("taskset")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "from concurrency import pytest_xdist_auto_num_workers as n; print(n(None))"
+    )
+    tests = str(Path(__file__).resolve().parents[1])
+    one = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code, tests],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert one.stdout.strip() == "2"
+    every = subprocess.run([sys.executable, "-c", code, tests], capture_output=True,
+                           text=True, check=True)  # fmt: skip
+    assert int(every.stdout) == min(4, len(os.sched_getaffinity(0)) + 1)

@@ -58,16 +58,17 @@ def build_vit(
 
     Positions: with a CLS token (DINOv2), ``1 + max_tokens`` of them, ``max_tokens`` a
     square grid; crops of another size get the grid's positions resized bicubically, as
-    DINOv2's ``interpolate_pos_encoding`` does. Without (video), the first N.
-    ``keep``: token indices (``[K]``, or ``[B, K]`` per sample) on which the blocks run
-    (masked modelling: the context encoder sees the visible tokens). ``masks``: ``[B,
-    N]`` booleans, patches replaced by the learned mask token (``mask_token``: DINOv2's
-    iBOT masking). ``heads`` overrides the arch's head count (V-JEPA's predictor takes
-    the encoder's). ``drop_path`` and ``layer_scale``: see `Block.residual`. ``chunks``:
-    the blocks grouped in that many `Chunk` modules (DINOv2's ``block_chunks``: its FSDP
+    DINOv2's ``interpolate_pos_encoding`` does. Without (video), the first N. ``keep``:
+    token indices (``[K]``, or ``[B, K]`` per sample) on which the blocks run (masked
+    modelling: the context encoder sees the visible tokens). ``masks``: ``[B, N]``
+    booleans, patches replaced by the learned mask token (``mask_token``: DINOv2's iBOT
+    masking). ``heads`` overrides the arch's head count (V-JEPA's predictor takes the
+    encoder's). ``drop_path`` and ``layer_scale``: see `Block.residual`. ``chunks``: the
+    blocks grouped in that many `Chunk` modules (DINOv2's ``block_chunks``: its FSDP
     units). ``depth``: that many blocks instead of the arch's (the shallow copies of the
-    memory estimates and FLOP counts, `benchkit.memory.by_depth`). ``images`` may be a list (DINOv2's student gets its global and local crops
-    together, ``masks`` a list beside them): the output is then a list too."""
+    memory estimates and FLOP counts, `benchkit.memory.by_depth`). ``images`` may be a
+    list (DINOv2's student gets its global and local crops together, ``masks`` a list
+    beside them): the output is then a list too."""
     import torch
     from torch import nn
     from torch.nn import functional as F
