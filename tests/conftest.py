@@ -1,7 +1,8 @@
 """Shared test set-up: make the small helper modules of `tests/` importable, apply the CI
 rule for skips (the hooks of tests/systemtools.py), the parallel workers' rule (quiet
-tests run alone: tests/concurrency.py) and the optional CPU log (tests/cputime.py), and
-find (or install) the headless Chromium the HTML tests draw pages with."""
+tests first, alone tests alone: tests/concurrency.py) and the optional CPU log
+(tests/cputime.py), and find (or install) the headless Chromium the HTML tests draw pages
+with."""
 
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from concurrency import (  # noqa: E402, F401  (the hooks are registered by bein
     pytest_sessionstart,
     pytest_unconfigure,
     pytest_xdist_auto_num_workers,
+    pytest_xdist_make_scheduler,
 )
 from systemtools import (  # noqa: E402, F401  (the hooks are registered by being here)
     find,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from cpuclass import own_group
 from systemtools import require
 
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
@@ -160,7 +161,10 @@ class CpuQuota:
 
     @classmethod
     def create(cls, quota_us: int, period_us: int = 100_000) -> CpuQuota:
-        path = CGROUP_CPU / f"milabench-test-{uuid.uuid4().hex[:12]}"
+        # under the creator's own group: a node made by an ordinary test of a parallel
+        # session takes the session's idle CPU group with it (tests/cpuclass.py)
+        parent = own_group() or CGROUP_CPU
+        path = parent / f"milabench-test-{uuid.uuid4().hex[:12]}"
         path.mkdir()
         (path / "cpu.cfs_period_us").write_text(f"{period_us}\n")
         (path / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")

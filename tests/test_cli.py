@@ -63,7 +63,7 @@ def test_help_imports_nothing_heavy() -> None:
         assert heavy not in modules, f"{heavy} imported by --help"
 
 
-@pytest.mark.quiet  # measures time on this machine: runs alone
+@pytest.mark.quiet  # measures time on this machine
 def test_help_is_fast() -> None:
     """A generous sanity bound; the real figure is in docs/performance.md."""
     best = min(_timed_help() for _ in range(3))

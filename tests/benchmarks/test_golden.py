@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from concurrency import STOP_GRACE
 
 from benchkit import golden
 
@@ -174,7 +175,7 @@ flops-bf16:
 def test_milabench_run_fails_on_a_wrong_result(tmp_path: Path):
     suite = tmp_path / "suite.yaml"
     suite.write_text(SUITE.format(flops=BENCHMARKS / "flops"))
-    env = dict(os.environ, MILABENCH_DASH="no", MILABENCH_RUN_EARLY_STOP_GRACE="0.5")
+    env = dict(os.environ, MILABENCH_DASH="no", MILABENCH_RUN_EARLY_STOP_GRACE=STOP_GRACE)
     env.pop("MILABENCH_CONFIG", None)
     cmd = [sys.executable, "-m", "milabench", "run", "--config", str(suite), "--base",
            str(tmp_path), "--use-current-env"]  # fmt: skip

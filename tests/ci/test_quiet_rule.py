@@ -1,6 +1,7 @@
 """The parallel workers' rule (tests/concurrency.py), run as the README runs the tests: a
 real pytest with two xdist workers in a subprocess, on a small folder whose tests write
-when they start and end. Ordinary tests share the machine; a quiet test runs alone."""
+when they start and end. Ordinary tests share the machine in an idle CPU group; quiet
+tests run one at a time in the foreground beside them; an alone test runs alone."""
 
 from __future__ import annotations
 
@@ -12,74 +13,161 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import cpuclass
 import pytest
+from concurrency import QUIET_FILES
 
 TESTS = Path(__file__).resolve().parents[1]
 
-CASES = """
+SPELLS = """
 import json, os, time
-import pytest
 
 LOG = os.environ["MB_QUIET_LOG"]
 
-def spell(name, seconds):
+def cpu_group():
+    for line in open("/proc/self/cgroup").read().splitlines():
+        if "cpu" in line.split(":")[1].split(","):
+            return line.split(":", 2)[2]
+    return None
+
+def spell(name, seconds, **extra):
     start = time.time()
     time.sleep(seconds)
     with open(LOG, "a") as f:
-        f.write(json.dumps([name, start, time.time()]) + "\\n")
+        f.write(json.dumps([name, start, time.time(), cpu_group(), extra]) + "\\n")
 
-@pytest.mark.parametrize("i", range(4))
+def background():
+    group = os.environ.get("MILABENCH_TEST_BACKGROUND", "")
+    return os.path.isfile(os.path.join(group, "cgroup.procs"))
+
+def wait_for(path, seconds=30):
+    deadline = time.time() + seconds
+    while not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.02)
+    return os.path.exists(path)
+"""
+
+# Ordinary: one test keeps every CPU busy twice over (children of its worker) until the
+# quiet test has measured its share, three others just take time.
+HOGS = """
+import os, subprocess, sys
+import pytest
+from spells import background, spell, wait_for
+
+def test_hog(tmp_path):
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(2 * len(os.sched_getaffinity(0)))]
+    try:
+        open(os.environ["MB_HOGGING"], "w").close()
+        if background():  # else the quiet test waits for this one to end
+            assert wait_for(os.environ["MB_MEASURED"])
+        spell("hog", 0.1, groups=[open(f"/proc/{p.pid}/cgroup").read() for p in hogs])
+    finally:
+        for p in hogs:
+            p.kill()
+            p.wait()
+
+@pytest.mark.parametrize("i", range(3))
 def test_ordinary(i):
     spell(f"ordinary{i}", 0.6)
 """
 
-QUIET = """
-import pytest
-from test_ordinary import spell
+# The quiet lane: a file of QUIET_FILES, found under the same path in the folder.
+LANE = """
+import os, time
+from spells import background, spell, wait_for
 
-@pytest.mark.quiet
-@pytest.mark.parametrize("i", range(2))
-def test_quiet(i):
-    spell(f"quiet{i}", 0.6)
+def test_share_of_a_busy_machine():
+    extra = {}
+    if background():
+        assert wait_for(os.environ["MB_HOGGING"])
+        wall, cpu = time.monotonic(), time.process_time()
+        while time.monotonic() - wall < 1.0:
+            pass
+        extra["share"] = (time.process_time() - cpu) / (time.monotonic() - wall)
+        open(os.environ["MB_MEASURED"], "w").close()
+    spell("quiet0", 0.3, **extra)
+
+def test_second():
+    spell("quiet1", 0.6)
+"""
+
+ALONE = """
+import pytest
+from spells import spell
+
+@pytest.mark.alone
+def test_alone():
+    spell("alone", 0.6)
 """
 
 CONFTEST = """
 from concurrency import configure as pytest_configure
 from concurrency import pytest_collection_modifyitems, pytest_runtest_protocol, pytest_unconfigure
+from concurrency import pytest_xdist_make_scheduler
 """
+
+MARKERS = "[pytest]\nmarkers =\n    quiet: first\n    alone: alone\n    slow: long\n"
 
 
 def overlap(a: list, b: list) -> bool:
     return a[1] < b[2] and b[1] < a[2]
 
 
+@pytest.mark.quiet
 @pytest.mark.slow
-def test_quiet_tests_run_alone_and_the_others_in_parallel(tmp_path: Path):
+@pytest.mark.parametrize("background", ["idle group", cpuclass.OFF])
+def test_quiet_tests_run_first_and_alone_tests_alone(tmp_path: Path, background: str):
+    """Two workers, ``--dist loadfile``: the lane's quiet tests run in the foreground one at
+    a time, beside the ordinary tests in the session's idle CPU group, and get a whole CPU
+    while an ordinary test keeps every CPU busy twice over; the alone test overlaps
+    nothing. Without an idle group (``MILABENCH_TEST_BACKGROUND=off``, or no writable
+    cgroup v1 ``cpu``) quiet tests run alone. The run's lock files and CPU group are gone
+    with it."""
     pytest.importorskip("xdist")
-    (tmp_path / "test_ordinary.py").write_text(CASES)
-    (tmp_path / "test_quiet.py").write_text(QUIET)
+    (tmp_path / "spells.py").write_text(SPELLS)
+    (tmp_path / "test_hogs.py").write_text(HOGS)
+    lane = tmp_path / "tests" / "execute" / "test_stress.py"
+    assert lane.relative_to(tmp_path).as_posix() in QUIET_FILES
+    lane.parent.mkdir(parents=True)
+    lane.write_text(LANE)
+    (tmp_path / "test_alone.py").write_text(ALONE)
     (tmp_path / "conftest.py").write_text(CONFTEST)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
+    (tmp_path / "pytest.ini").write_text(MARKERS)
     log = tmp_path / "spells.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(tmp_path)]), MB_QUIET_LOG=str(log))
+    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(tmp_path)]), MB_QUIET_LOG=str(log),
+               MB_HOGGING=str(tmp_path / "hogging"), MB_MEASURED=str(tmp_path / "measured"))  # fmt: skip
+    env.pop(cpuclass.ENV, None)
+    if background == cpuclass.OFF:
+        env[cpuclass.ENV] = cpuclass.OFF
     run = uuid.uuid4().hex
-    argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
-            "--testrunuid", run, "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
+    argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p",
+            "no:cacheprovider", "--testrunuid", run, "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    # the run's lock files are gone with it
     assert not list(Path(tempfile.gettempdir()).glob(f"milabench-tests-{run}*"))
-    spells = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(spells) == 6
-    quiet = [s for s in spells if s[0].startswith("quiet")]
-    ordinary = [s for s in spells if s[0].startswith("ordinary")]
-    for q in quiet:
-        others = [s[0] for s in spells if s is not q and overlap(q, s)]
-        assert others == [], (q[0], others)
-    # the ordinary ones did share the machine: two ran at once at least once
-    assert any(overlap(a, b) for i, a in enumerate(ordinary) for b in ordinary[i + 1 :])
+    assert not list(cpuclass.CPU_ROOT.rglob(f"milabench-tests-{run}"))
+    spells = {s[0]: s for s in map(json.loads, log.read_text().splitlines())}
+    assert set(spells) == {"hog", "ordinary0", "ordinary1", "ordinary2", "quiet0", "quiet1",
+                           "alone"}  # fmt: skip
+    quiet = [spells["quiet0"], spells["quiet1"]]
+    ordinary = [s for name, s in spells.items() if name.startswith(("ordinary", "hog"))]
+    others = [s[0] for s in spells.values() if s[0] != "alone" and overlap(spells["alone"], s)]
+    assert others == []
+    assert not overlap(*quiet)
+    if "share" not in spells["quiet0"][4]:  # no idle group here: quiet tests run alone
+        assert background == cpuclass.OFF or cpuclass.problem() is not None
+        for q in quiet:
+            assert [s[0] for s in ordinary if overlap(q, s)] == [], q
+        return
+    background = f"milabench-tests-{run}"
+    assert all(s[3].endswith(background) for s in ordinary), ordinary
+    assert all(background in group for group in spells["hog"][4]["groups"])
+    assert not any(background in q[3] for q in quiet), quiet
+    assert spells["quiet0"][4]["share"] > 0.85, spells["quiet0"]
+    assert any(overlap(q, s) for q in quiet for s in ordinary)  # beside the ordinary ones
 
 
 MIXED = """
@@ -88,7 +176,7 @@ import pytest
 def test_plain():
     pass
 
-@pytest.mark.quiet
+@pytest.mark.alone
 def test_timed():
     pass
 """
@@ -106,14 +194,14 @@ def collected(folder: Path, *extra: str) -> list[str]:
     return [line for line in done.stdout.splitlines() if "::" in line]
 
 
-def test_a_file_with_one_quiet_test_is_handed_out_last(tmp_path: Path):
+def test_a_file_with_one_alone_test_is_handed_out_last(tmp_path: Path):
     """Under ``--dist loadfile`` a file goes to a worker whole, where its first test stands:
-    a file holding any quiet test is ordered after every ordinary file, so that its quiet
-    test cannot wait behind a long ordinary file on the other worker."""
+    a file holding any alone test is ordered after every ordinary file, so that its alone
+    test cannot wait behind a long ordinary file on another worker."""
     (tmp_path / "test_a_mixed.py").write_text(MIXED)
     (tmp_path / "test_b_plain.py").write_text("def test_one():\n    pass\n")
     (tmp_path / "conftest.py").write_text(CONFTEST)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n")
+    (tmp_path / "pytest.ini").write_text(MARKERS)
     assert collected(tmp_path) == [
         "test_b_plain.py::test_one",
         "test_a_mixed.py::test_plain",
@@ -140,12 +228,12 @@ def smoke():
 
 def test_a_file_reading_the_smoke_run_comes_after_the_ordinary_ones(tmp_path: Path):
     """The files that read the shared smoke run (the ``smoke`` fixture) start after the
-    ordinary files and before the quiet ones, with the time limit of making the run."""
+    ordinary files and before the alone ones, with the time limit of making the run."""
     (tmp_path / "test_a_mixed.py").write_text(MIXED)
     (tmp_path / "test_b_reader.py").write_text(SMOKE_READER)
     (tmp_path / "test_c_plain.py").write_text("def test_one():\n    pass\n")
     (tmp_path / "conftest.py").write_text(SMOKE_CONFTEST)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: alone\n    slow: long\n")
+    (tmp_path / "pytest.ini").write_text(MARKERS)
     # marked slow: the only one selected by -m slow
     assert collected(tmp_path, "-m", "slow") == ["test_b_reader.py::test_reads"]
     assert collected(tmp_path) == [

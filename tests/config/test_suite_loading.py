@@ -280,7 +280,7 @@ def _big_suite(tmp_path: Path, n: int, interpolate: bool) -> Path:
     return write(tmp_path / "big.yaml", "\n".join(lines) + "\n")
 
 
-@pytest.mark.quiet  # measures time on this machine: runs alone
+@pytest.mark.quiet  # measures time on this machine
 @pytest.mark.parametrize("interpolate", [False, True])
 def test_fifty_entries_load_fast(tmp_path, interpolate):
     path = _big_suite(tmp_path, 50, interpolate)

@@ -1,5 +1,5 @@
 """`milabench run` / `matrix` / `machine` as a user runs them: real subprocesses. (The
-runs that bound time on this machine, and so run alone, are in test_cli_run_timed.py.)"""
+runs that bound time on this machine, and so are quiet, are in test_cli_run_timed.py.)"""
 
 from __future__ import annotations
 

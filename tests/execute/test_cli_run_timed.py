@@ -1,6 +1,6 @@
 """`milabench run` from the command line, where the test bounds time on this machine
 (a signal's grace, a hung benchmark's timeout, the gap between two benchmarks): these
-run alone (``quiet``). The other command-line tests are in test_cli_run.py."""
+are quiet (tests/concurrency.py). The other command-line tests are in test_cli_run.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 from .conftest import data_events, marked_processes, milabench, milabench_argv, wait_no_marked
 
 
-@pytest.mark.quiet  # measures time on this machine: runs alone
 @pytest.mark.slow
 def test_sigint_during_run(tmp_path, mark):
     env = dict(os.environ, MILABENCH_TEST_MARK=mark, MILABENCH_DASH="no")
@@ -46,7 +45,6 @@ def test_sigint_during_run(tmp_path, mark):
     assert not (tmp_path / "runs" / "sigint" / "noop.D0.data").exists()
 
 
-@pytest.mark.quiet  # measures time on this machine: runs alone
 @pytest.mark.slow
 def test_fault_suite_through_the_command_line(tmp_path, mark):
     """suites/faults.yaml, run as a user would; the option run.grace from the env."""
@@ -87,7 +85,6 @@ def test_fault_suite_through_the_command_line(tmp_path, mark):
     assert took < 30  # hangs: 2 s + 1 s grace, not 5 s
 
 
-@pytest.mark.quiet  # measures time on this machine: runs alone
 def test_gap_between_benchmarks_is_small(tmp_path):
     milabench("run", "--select", "noop", "--repeat", "4", "--run-name", "gap", base=tmp_path)
     run = tmp_path / "runs" / "gap"

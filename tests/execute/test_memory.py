@@ -60,7 +60,7 @@ def test_tree_peak_counts_every_descendant():
     assert all(r["process_tree"]["rss"] <= r["process_tree"]["peak_rss"] for r in records)
 
 
-@pytest.mark.quiet  # a 0.2 s process must be sampled before it ends: runs alone
+@pytest.mark.quiet  # a 0.2 s process must be sampled before it ends
 def test_short_process_gets_its_final_record():
     sink = Collect()
     (outcome,) = run_specs_sync([spec("short", "import time; time.sleep(0.2)")], [sink])

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from concurrency import STOP_GRACE
 
 from .conftest import BENCHMARKS
 
@@ -44,7 +45,7 @@ never-called:
 def run(tmp_path: Path, *select: str) -> subprocess.CompletedProcess:
     suite = tmp_path / "suite.yaml"
     suite.write_text(SUITE.format(benchmarks=BENCHMARKS))
-    env = dict(os.environ, MILABENCH_DASH="no", MILABENCH_RUN_EARLY_STOP_GRACE="0.5")
+    env = dict(os.environ, MILABENCH_DASH="no", MILABENCH_RUN_EARLY_STOP_GRACE=STOP_GRACE)
     cmd = [sys.executable, "-m", "milabench", "run", "--config", str(suite), "--base",
            str(tmp_path), "--use-current-env", "--select", ",".join(select)]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from concurrency import STOP_GRACE
 
 from milabench.events import read_events
 from milabench.execute.launcher import FolderError, ensure_folders
@@ -182,7 +183,7 @@ def run(tmp_path: Path, *select: str, suite_text: str | None = None):
     plain.mkdir(exist_ok=True)
     suite = tmp_path / "suite.yaml"
     suite.write_text(suite_text or SUITE.format(third=THIRD, plain=plain))
-    env = dict(os.environ, MILABENCH_DASH="no", MILABENCH_RUN_EARLY_STOP_GRACE="0.5")
+    env = dict(os.environ, MILABENCH_DASH="no", MILABENCH_RUN_EARLY_STOP_GRACE=STOP_GRACE)
     cmd = [sys.executable, "-m", "milabench", "run", "--config", str(suite), "--base",
            str(tmp_path / "base"), "--use-current-env", "--select", ",".join(select)]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)

@@ -49,7 +49,7 @@ def run(tmp_path: Path, name: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
         MILABENCH_DASH="no",
-        MILABENCH_RUN_EARLY_STOP_GRACE="0.5",
+        MILABENCH_RUN_EARLY_STOP_GRACE="0.5",  # nanstop does not leave: it is stopped
         MILABENCH_RUN_GRACE="1",
     )
     cmd = [sys.executable, "-m", "milabench", "run", "--config", str(suite), "--base",

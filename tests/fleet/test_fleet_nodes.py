@@ -6,7 +6,7 @@ Each test runs the real command (a subprocess, as a user would) on the CPU suite
 what it left: its exit code and printed report, ``fleet.json``, the collected run folders,
 the nodes' own folders, and the processes still alive. None compares rates (the node
 quotas are lifted: ``unthrottled``), so they may share the machine with other tests;
-the rate comparisons, which run alone, are in test_fleet_rates.py.
+the rate comparisons, which are quiet, are in test_fleet_rates.py.
 """
 
 from __future__ import annotations

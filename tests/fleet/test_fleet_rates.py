@@ -4,8 +4,9 @@ by its cgroup's CPU quota, are flagged exactly; the same three with equal quotas
 The equal nodes come first: they install the nodes' environments at the healthy quota,
 which the throttled node then finds up to date (installing at a fifth of a CPU took
 half a minute). Both tests compare rates measured at the same time on this machine, so
-they run alone (``quiet``); the fleet's other behaviours (lost, unreachable and silent nodes, signals,
-folders) are in test_fleet_nodes.py, which may share the machine.
+they are quiet (tests/concurrency.py: the nodes' cgroups are made under the worker's
+group, in the foreground); the fleet's other behaviours (lost, unreachable and silent
+nodes, signals, folders) are in test_fleet_nodes.py, whose nodes take the background.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ SHORT = (
 )
 
 
-@pytest.mark.quiet  # compares the nodes' rates: runs alone
 def test_fleet_without_throttle_passes(fleet_cluster, tmp_path):
     """(ii)+(iv) The same three nodes, node2 given the healthy quota: nothing flagged,
     exit 0. The nodes
@@ -101,7 +101,6 @@ def test_fleet_without_throttle_passes(fleet_cluster, tmp_path):
     assert_nothing_left(c, c.node0, c.node1, c.node2)
 
 
-@pytest.mark.quiet  # compares the nodes' rates: runs alone
 def test_fleet_flags_exactly_the_throttled_node(fleet_cluster, tmp_path):
     """(i) One command, three nodes, one throttled by its cgroup: flagged alone, exit 1."""
     c = fleet_cluster

@@ -1,6 +1,7 @@
 """Real stored runs for the history tests, made once per test session and shared by the
 workers (`sharedbuild.build_once`; both files that read them are quiet, so the paced runs
-are made alone on the machine).
+are made in the foreground, the other tests taking only what they leave:
+tests/concurrency.py).
 
 `nightly_runs(factory)` makes 30 real `milabench run` folders of the paced benchmark in
 `benchmarks/paced` (20 steps, 20 ms each, about 0.7 s a run; two at a time,
