@@ -11,8 +11,9 @@ entries must start with less than 1/8 of that host memory per rank: they build o
 meta device and materialise only their shards.
 
 The argv of each entry is resolved as `milabench run` resolves it on a node of 8 fake
-GPUs; the estimates run in one process per benchmark folder (``python -m benchkit.memory
-FOLDER --jobs -``), with the folder as working directory, as the benchmark itself runs.
+GPUs; the estimates run in one process per benchmark folder (what ``python -m
+benchkit.memory FOLDER --jobs -`` runs), with the folder as working directory, as the
+benchmark itself runs; the processes are forked from one that imported torch once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -91,34 +91,28 @@ def jobs() -> dict[str, tuple[str, dict]]:
 @pytest.fixture(scope="module")
 def estimates(tmp_path_factory) -> dict[str, dict]:
     """Entry name -> ``{"footprint": {...}}`` or ``{"error": ...}``, one process per folder
-    (DimeNet's bases from the session's cache: dimenetbases.py)."""
+    forked from one that imported torch once (estimate_folders.py; DimeNet's bases from
+    the session's cache: dimenetbases.py)."""
     by_folder: dict[str, list[tuple[str, dict]]] = defaultdict(list)
     for name, (folder, job) in jobs().items():
         by_folder[folder].append((name, job))
     env = dict(os.environ)
     env.pop("MILABENCH_FAKE_GPUS", None)
     env["XDG_CACHE_HOME"] = str(dimenet_cache(tmp_path_factory))
-
-    def estimate(folder: str, items: list[tuple[str, dict]]) -> list[dict]:
-        path = os.pathsep.join([str(ROOT), folder, env.get("PYTHONPATH", "")])
-        proc = subprocess.run(
-            [sys.executable, "-W", "ignore", "-m", "benchkit.memory", folder, "--jobs", "-"],
-            input=json.dumps([job for _, job in items]),
-            capture_output=True,
-            text=True,
-            cwd=folder,
-            env=dict(env, PYTHONPATH=path),
-            timeout=900,
-        )
-        assert proc.returncode == 0, (folder, proc.stderr[-3000:])
-        return json.loads(proc.stdout)
-
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    todo = {folder: [job for _, job in items] for folder, items in sorted(by_folder.items())}
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", str(Path(__file__).with_name("estimate_folders.py")),
+         str(ROOT)],
+        input=json.dumps(todo), capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = json.loads(proc.stdout)
     results = {}
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the folders two at a time
-        done = {folder: pool.submit(estimate, folder, items) for folder, items in by_folder.items()}
-        for folder, items in sorted(by_folder.items()):
-            for (name, _), result in zip(items, done[folder].result(), strict=True):
-                results[name] = result
+    for folder, items in sorted(by_folder.items()):
+        assert isinstance(done[folder], list), (folder, done[folder])
+        for (name, _), result in zip(items, done[folder], strict=True):
+            results[name] = result
     print("\n" + table(results))
     return results
 
