@@ -2,8 +2,10 @@
 
 Used by the tmux test and to record docs/dashboard.txt:
 ``python tests/dashboard/drive_dashboard.py --mode long --steps 40 --pause-at 20``.
-With ``--marker FILE`` it writes ``paused`` into FILE while it pauses mid-run and
-``closed`` after the sink is closed, so that a test captures the screen at known moments.
+With ``--marker FILE`` it writes ``paused`` into FILE when it pauses mid-run and
+``closed`` after the sink is closed, and each time waits until the test writes
+``resume`` there (at most ``--pause`` seconds), so that the test captures the screen at
+known moments without waiting longer than it needs.
 """
 
 import argparse
@@ -18,13 +20,24 @@ def ev(event, data=None, pipe=None):
     return {"event": event, "data": data, "pipe": pipe}
 
 
+def _hold(marker: str | None, state: str, seconds: float) -> None:
+    """Write ``state`` into ``marker`` and wait for ``resume`` there, or ``seconds``."""
+    if not marker:
+        time.sleep(seconds)
+        return
+    Path(marker).write_text(state)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and Path(marker).read_text() != "resume":
+        time.sleep(0.02)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", default="long")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--pause-at", type=int, default=20)
     parser.add_argument("--marker", default=None)
-    parser.add_argument("--pause", type=float, default=3.0)
+    parser.add_argument("--pause", type=float, default=3.0, help="longest hold (s)")
     args = parser.parse_args()
 
     sink = make_dashboard(args.mode, sys.stdout, total=5)
@@ -90,9 +103,7 @@ def main() -> int:
                 sink.on_event(tag, ev("line", "epoch log line", "stdout"))
         if k == args.pause_at:
             time.sleep(0.6)  # let the dashboard redraw
-            if args.marker:
-                Path(args.marker).write_text("paused")
-            time.sleep(args.pause)
+            _hold(args.marker, "paused", args.pause)
         else:
             time.sleep(0.02)
     # flops: warm-up over, a few rates, then its measured window.
@@ -110,9 +121,7 @@ def main() -> int:
         sink.on_event(tag, ev("end", {"command": [], "time": 0, "return_code": 0}))
     sink.close()
     print("dashboard closed", flush=True)
-    if args.marker:
-        Path(args.marker).write_text("closed")
-    time.sleep(args.pause)
+    _hold(args.marker, "closed", args.pause)
     return 0
 
 

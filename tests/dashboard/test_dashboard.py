@@ -35,12 +35,12 @@ def tmux(tmp_path):
     subprocess.run([*base, "kill-server"], capture_output=True)
 
 
-@pytest.mark.quiet  # measures time on this machine: runs alone
+@pytest.mark.quiet  # measures time on this machine
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["long", "short"])
 def test_live_dashboard_in_a_real_terminal(tmux, tmp_path, mode):
     marker = tmp_path / "marker"
-    command = f"{sys.executable} {DRIVER} --mode {mode} --marker {marker} --pause 3"
+    command = f"{sys.executable} {DRIVER} --mode {mode} --marker {marker} --pause 30"
     subprocess.run([*tmux, "new-session", "-d", "-x", "150", "-y", "30", command], check=True)
     _wait_for(marker, "paused")
     screen = subprocess.run(
@@ -67,6 +67,7 @@ def test_live_dashboard_in_a_real_terminal(tmux, tmp_path, mode):
     # The live block is redrawn in place, not appended: the global line shows once.
     assert screen.count("benchmarks finished") == 1
 
+    marker.write_text("resume")
     _wait_for(marker, "closed")
     screen = subprocess.run(
         [*tmux, "capture-pane", "-p"], capture_output=True, text=True, check=True
@@ -238,7 +239,7 @@ def test_dash_no_is_plain_even_on_a_terminal():
     assert isinstance(make_dashboard("no", FakeTTY()), PlainDashboard)
 
 
-@pytest.mark.quiet  # measures time on this machine: runs alone
+@pytest.mark.quiet  # measures time on this machine
 def test_redraws_are_throttled_and_events_are_cheap():
     stream = FakeTTY()
     sink = make_dashboard("long", stream)
