@@ -14,29 +14,6 @@ import pytest
 from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
 from .smokerun import SmokeRun
 
-MAINS = [
-    "flops",
-    "convnet",
-    "transformer-lm",
-    "bert",
-    "opbench",
-    "ddp",
-    "thirdparty",
-    "llm",
-    "torchvision",
-    "huggingface",
-    "llama",
-    "rlhf",
-    "llava",
-    "geo_gnn",
-    "recursiongfn",
-    "diffusion",
-    "lightning",
-    "dinov2",
-    "vjepa",
-    "purejaxrl",
-]
-
 
 def check_budget(run, stop: int, units: str, *, loss: bool = True) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
@@ -51,17 +28,6 @@ def check_budget(run, stop: int, units: str, *, loss: bool = True) -> None:
     if loss:
         losses = run.losses()
         assert losses and all(0 < x < 50 for x in losses)
-
-
-@pytest.mark.parametrize("name", MAINS)
-def test_help_runs_without_orchestrator(name, python):
-    """`python main.py --help` works by hand (no milabench, no data channel needed)."""
-    result = run_with_pipe(
-        [python, "main.py", "--help"], bench_env(), BENCHMARKS / name, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert "usage:" in result.stdout
-    assert result.records == []
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])

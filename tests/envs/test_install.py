@@ -117,6 +117,7 @@ def test_fresh_environment_has_this_checkouts_benchshared(mb):
     assert checked and '"benchshared": ""' in checked[-1], checked
 
 
+@pytest.mark.quiet  # bounds the time of a no-op command
 def test_repeat_install_is_a_fast_no_op(mb):
     assert mb("install", "--select", "alpha,beta").returncode == 0
     logs_before = install_logs(mb.base)

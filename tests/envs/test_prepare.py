@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 
+
+@pytest.mark.quiet  # bounds the time of a no-op command
 def test_prepare_generates_once_then_is_fast(mb):
     assert mb("install", "--select", "alpha,beta").returncode == 0
     proc = mb("prepare", "--select", "tiny-a,tiny-b")

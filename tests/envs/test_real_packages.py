@@ -40,6 +40,7 @@ def real(workdir: Path, real_env: dict[str, str], milabench_runner):
     return milabench_runner(workdir / "suite" / "torch-suite.yaml", workdir / "base", real_env)
 
 
+@pytest.mark.quiet  # bounds the time of a no-op command
 @pytest.mark.skipif(
     local_torch_wheel() is None,
     reason=MACHINE_PREFIX + "no torch 2.13.0+cpu wheel in pip's find-links (this workplace's)",
