@@ -157,8 +157,9 @@ def configure(config: pytest.Config) -> None:
     """In the session's controller, name the run (xdist's ``--testrunuid``, which the
     workers read as ``PYTEST_XDIST_TESTRUNUID``) so that `pytest_unconfigure` can remove
     its lock files, and make the idle CPU group of the run (tests/cpuclass.py) when it
-    has workers, unless ``MILABENCH_TEST_BACKGROUND=off``; in a worker, join that group; in every process of the session, and so
-    in everything the tests start, `OPENMP_WAIT` unless the caller chose a policy."""
+    has workers, unless ``MILABENCH_TEST_BACKGROUND=off``; in a worker, join that group;
+    in every process of the session, and so in everything the tests start,
+    `OPENMP_WAIT` unless the caller chose a policy."""
     os.environ.setdefault(*OPENMP_WAIT)
     if _is_worker(config):
         cpuclass.join_background()

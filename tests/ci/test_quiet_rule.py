@@ -136,14 +136,15 @@ def test_quiet_tests_run_first_and_alone_tests_alone(tmp_path: Path, background:
     (tmp_path / "pytest.ini").write_text(MARKERS)
     log = tmp_path / "spells.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(tmp_path)]), MB_QUIET_LOG=str(log),
-               MB_HOGGING=str(tmp_path / "hogging"), MB_MEASURED=str(tmp_path / "measured"))  # fmt: skip
+    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(tmp_path)]), MB_QUIET_LOG=str(log))
+    env.update(MB_HOGGING=str(tmp_path / "hogging"), MB_MEASURED=str(tmp_path / "measured"))
     env.pop(cpuclass.ENV, None)
     if background == cpuclass.OFF:
         env[cpuclass.ENV] = cpuclass.OFF
     run = uuid.uuid4().hex
     argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p",
-            "no:cacheprovider", "--testrunuid", run, "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
+            "no:cacheprovider", "--testrunuid", run, "--rootdir", str(tmp_path),
+            str(tmp_path)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
