@@ -215,11 +215,11 @@ def _order(rel: str, reads_smoke: bool, kind: str) -> int:
     """Smoke run first, the quiet lane beside it, the other first files, the ordinary
     files, the smoke run's readers, then the files holding an alone test."""
     if kind == ALONE:
-        return 10
+        return len(FIRST_FILES) + 3
+    if rel in FIRST_FILES:  # the lane (1) starts second: beside the smoke run, not after it
+        return FIRST_FILES.index(rel) + (1 if rel != FIRST_FILES[0] else 0)
     if rel in QUIET_FILES:
         return 1
-    if rel in FIRST_FILES:
-        return 0 if FIRST_FILES.index(rel) == 0 else 1 + FIRST_FILES.index(rel)
     return len(FIRST_FILES) + 1 + (1 if reads_smoke else 0)
 
 

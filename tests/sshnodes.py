@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from cpuclass import CPU_ROOT as CGROUP_CPU
 from cpuclass import own_group
 from systemtools import require
-
-CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 
 # Run by the node's launcher process, which then becomes sshd (same pid): join the cgroup
 # ($1, may be empty), cover the hidden folders ($4...), exec sshd -D with the config ($2).
@@ -135,15 +134,23 @@ def network_settings() -> dict[str, str]:
     return found
 
 
+def _quota_parent() -> Path:
+    """Where the nodes' quota groups are made: under the creator's own ``cpu`` group, so
+    that a node made by an ordinary test of a parallel session takes the session's idle
+    CPU group with it (tests/cpuclass.py)."""
+    return own_group() or CGROUP_CPU
+
+
 def cgroup_v1_cpu_problem() -> str | None:
     """None when a cgroup v1 ``cpu`` group can be created here with a quota, else why not."""
-    if not (CGROUP_CPU / "cgroup.procs").is_file():
-        return f"no cgroup v1 cpu controller at {CGROUP_CPU}"
-    probe = CGROUP_CPU / f"milabench-probe-{uuid.uuid4().hex[:8]}"
+    parent = _quota_parent()
+    if not (parent / "cgroup.procs").is_file():
+        return f"no cgroup v1 cpu controller at {parent}"
+    probe = parent / f"milabench-probe-{uuid.uuid4().hex[:8]}"
     try:
         probe.mkdir()
     except OSError as err:
-        return f"cannot create a cgroup under {CGROUP_CPU}: {err.strerror or err}"
+        return f"cannot create a cgroup under {parent}: {err.strerror or err}"
     try:
         (probe / "cpu.cfs_quota_us").write_text("50000\n")
     except OSError as err:
@@ -161,10 +168,7 @@ class CpuQuota:
 
     @classmethod
     def create(cls, quota_us: int, period_us: int = 100_000) -> CpuQuota:
-        # under the creator's own group: a node made by an ordinary test of a parallel
-        # session takes the session's idle CPU group with it (tests/cpuclass.py)
-        parent = own_group() or CGROUP_CPU
-        path = parent / f"milabench-test-{uuid.uuid4().hex[:12]}"
+        path = _quota_parent() / f"milabench-test-{uuid.uuid4().hex[:12]}"
         path.mkdir()
         (path / "cpu.cfs_period_us").write_text(f"{period_us}\n")
         (path / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
