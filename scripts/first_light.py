@@ -1,56 +1,71 @@
-"""First light on a GPU: the standard suite on one machine, in calls of a few minutes each.
+"""First light on a GPU: what one GPU can measure in one call, inside a hard time budget.
 
-For a single-GPU machine with no network whose Python already has CUDA PyTorch and the
-suite's frameworks (transformers, timm, torchvision, torch_geometric, lightning, JAX with
-its CUDA plugin): every entry runs in that Python (``--use-current-env``), milabench's
-own dependencies come from a wheelhouse of ``milabench bundle``, and the work is cut
-into calls that each end within ``--budget`` seconds (default 540: under a 10-minute
-limit per command). Run the same command again until it exits 0::
+For a machine lent briefly (one command of at most 10 minutes, no network) whose Python
+already has CUDA PyTorch and the suite's frameworks: the chosen entries run in that Python
+(``--use-current-env``); milabench's own dependencies come from a wheelhouse made where
+the network is (``scripts/first_light_wheelhouse.py``)::
 
-    python scripts/first_light.py OUT [--wheelhouse DIR] [--config config/standard.yaml]
-        [--select A,B] [--exclude A,B] [--budget 540] [--max-entries N] [--retry-failed]
+    python scripts/first_light.py OUT [--wheelhouse DIR] [--budget 540] [--entry-cap 150]
+        [--config config/first-light.yaml] [--system FILE] [--select A,B] [--exclude A,B]
+        [--python PY] [--retry-failed]
 
-Exit codes: 0 = every entry has run and the reports are in OUT; 3 = more to do, call
-again; 1 = the procedure itself could not go on (the line says why); 2 = bad arguments.
+The call returns within ``--budget`` seconds of wall clock, reports and teardown included,
+even when an entry hangs. Exit codes: 0 = every chosen entry ran and passed; 3 = time
+ran out before some entries (the same command continues them); 4 = every entry had its
+turn but some failed, timed out or could not import what they need; 1 = the procedure
+itself could not go on (the line says why); 2 = bad arguments.
 
-What one call does, saving its progress in ``OUT/first-light.json`` after each step (a
-call killed from outside loses at most the entry it was running, which runs again):
+What one call does (docs/benchmarks.md, "First light on a GPU"):
 
-1. milabench importable in this Python, else installed from the wheelhouse
-   (``pip install --no-index --find-links DIR/wheels -r DIR/requirements/milabench.txt
-   -e <repository>``);
-2. once: ``milabench machine`` -> ``OUT/machine.json``; ``milabench install
-   --use-current-env`` (the key imports of every group, checked in this Python) ->
-   ``OUT/logs/install.txt``; the selected entries (``milabench list``);
-3. entry after entry, in suite order: ``milabench prepare`` then ``milabench run``, the
-   first into the run folder ``<base>/runs/first-light``, the next ones with ``--resume``
-   into the same folder. An entry starts only when the time left in the call is at least
-   ``--min-start`` seconds (or when it is the call's first); a run still going when the
-   budget ends is interrupted like a Ctrl-C (partial report) and, unless it was the
-   call's first entry, runs again in the next call;
-4. when no entry is left: ``milabench report`` of the run folder as ``OUT/report.{txt,md,
-   csv,json}``, and ``OUT/first-light.md``: per entry, its status, wall time, rate, TFLOPS,
-   MFU and peak GPU memory.
+1. milabench importable in that Python, else installed from the wheelhouse into
+   ``OUT/site`` and made visible through a ``.pth`` file, removed at the end
+   (`firstlight.setup`);
+2. ``milabench machine`` -> ``OUT/machine.json``; ``milabench list`` and the choice of
+   entries (`firstlight.selection`: by default the bf16 matmul peak, then every weighted
+   entry this machine runs, cheapest first; the others are listed with their reason);
+   ``milabench install --use-current-env`` checks the chosen entries' imports: an entry
+   whose group fails is marked ``not installed`` with the cause, and does not start;
+3. entry after entry: ``milabench prepare`` then ``milabench run --ignore-doctor`` (a
+   borrowed machine is what it is: a failed doctor check is recorded in the report and
+   the summary, and the run carries on), each entry capped at ``--entry-cap`` seconds and
+   at what is left of the call (its ``max_duration`` is set so that milabench stops it
+   itself; whatever is left after that is killed); an entry starts only when at least
+   ``--min-start`` seconds are left;
+4. after every entry: ``report.{txt,md,csv,json}`` of the run folder
+   (``<base>/runs/first-light``) and ``first-light.md`` (status, rate with interval,
+   TFLOPS, MFU against the datasheet and against the bf16 peak measured in the call, peak
+   GPU memory, what was left out and why, the doctor's failed checks), so a call cut off
+   from outside still brings back what it measured.
 
-Only the standard library is used: the script runs before milabench is installed.
+Only the standard library is used: the script runs before milabench's dependencies are
+installed. It kills every process left below it at the end of each command (it is their
+subreaper): run it as a command of its own, never imported into a longer-lived process.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
-import signal
-import subprocess
+import re
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from firstlight import procs, selection, setup, summary  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_NAME = "first-light"
 STATE = "first-light.json"
-MORE_TO_DO = 3
+EXIT_ERROR, EXIT_USAGE, EXIT_MORE, EXIT_FAILED = 1, 2, 3, 4
+
+#: Seconds kept at the end of the call for the last reports and the teardown.
+FINAL_RESERVE = 15.0
+#: Seconds a command gets after its SIGINT before everything left below us is killed.
+GRACE = 8.0
+#: What milabench needs around a benchmark's own time (start, doctor, run files, exit).
+RUN_OVERHEAD = 15.0
 
 
 class Stop(Exception):
@@ -63,24 +78,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--python", default=sys.executable,
                         help="the Python with the frameworks (default: this one)")  # fmt: skip
     parser.add_argument("--wheelhouse", type=Path, default=None,
-                        help="wheelhouse of 'milabench bundle', to install milabench from")  # fmt: skip
-    parser.add_argument("--config", type=Path, default=REPO / "config" / "standard.yaml")
+                        help="made by scripts/first_light_wheelhouse.py")  # fmt: skip
+    parser.add_argument("--config", type=Path, default=REPO / "config" / "first-light.yaml")
+    parser.add_argument("--system", type=Path, default=None, help="system file (optional)")
     parser.add_argument("--base", type=Path, default=None, help="default: OUT/base")
-    parser.add_argument("--select", default=None, metavar="A,B")
+    parser.add_argument("--select", default=None, metavar="A,B",
+                        help="these entries instead of the default choice")  # fmt: skip
     parser.add_argument("--exclude", default=None, metavar="A,B")
     parser.add_argument("--budget", type=float, default=540.0,
-                        help="seconds one call may take (default 540)")  # fmt: skip
-    parser.add_argument("--min-start", type=float, default=240.0,
-                        help="start another entry only with this many seconds left")  # fmt: skip
-    parser.add_argument("--max-entries", type=int, default=None,
-                        help="run at most N entries in this call")  # fmt: skip
+                        help="wall-clock seconds the whole call may take (default 540)")  # fmt: skip
+    parser.add_argument("--entry-cap", type=float, default=150.0,
+                        help="seconds at most for one entry, prepare and run (default 150)")  # fmt: skip
+    parser.add_argument("--min-start", type=float, default=40.0,
+                        help="start an entry only with this many seconds left (default 40)")  # fmt: skip
     parser.add_argument("--retry-failed", action="store_true",
-                        help="run the entries that failed again")  # fmt: skip
+                        help="run entries that failed or timed out in an earlier call again")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.budget <= 0 or (args.max_entries is not None and args.max_entries < 1):
-        parser.error("--budget and --max-entries must be positive")
+    if args.budget < FINAL_RESERVE + 5 or args.entry_cap <= 0 or args.min_start <= 0:
+        parser.error(f"--budget must be at least {FINAL_RESERVE + 5:.0f} s; --entry-cap and "
+                     "--min-start must be positive")  # fmt: skip
     args.out = args.out.absolute()
     args.base = (args.base or args.out / "base").absolute()
+    args.config = args.config.absolute()
     return args
 
 
@@ -89,97 +108,55 @@ class Call:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.deadline = time.monotonic() + args.budget
+        self.deadline = procs.Deadline(args.budget)
         self.logs = args.out / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.state_path = args.out / STATE
         self.state = self.load()
+        self.env = {**os.environ, "MILABENCH_DASH": "no", "PYTHONUNBUFFERED": "1"}
+
+    def options(self) -> dict:
+        return {"config": str(self.args.config), "select": self.args.select,
+                "exclude": self.args.exclude}  # fmt: skip
 
     def load(self) -> dict:
         try:
             state = json.loads(self.state_path.read_text())
         except FileNotFoundError:
-            return {"config": str(self.args.config), "select": self.args.select,
-                    "exclude": self.args.exclude, "entries": None, "calls": 0}  # fmt: skip
+            return {**self.options(), "entries": None, "calls": 0}
         except (OSError, ValueError) as err:
             raise Stop(f"{self.state_path}: unreadable ({err}); remove it to start again") from None
-        if (state.get("config"), state.get("select"), state.get("exclude")) != (
-            str(self.args.config), self.args.select, self.args.exclude):  # fmt: skip
+        if {k: state.get(k) for k in self.options()} != self.options():
             raise Stop(f"{self.state_path}: made for --config {state.get('config')} --select "
                        f"{state.get('select')} --exclude {state.get('exclude')}; use the same "
                        "options, or another OUT folder")  # fmt: skip
         return state
 
     def save(self) -> None:
+        self.state["wall"] = round(self.deadline.elapsed(), 1)
         tmp = self.state_path.with_name(STATE + ".tmp")
         tmp.write_text(json.dumps(self.state, indent=2) + "\n")
         os.replace(tmp, self.state_path)
 
-    @property
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
+    def bounded_timeout(self, wanted: float, *, keep: float = 0.0) -> float:
+        """``wanted`` seconds, cut so that the command, its grace and ``keep`` seconds more
+        still end before the deadline (0 when nothing is left)."""
+        return max(0.0, min(wanted, self.deadline.left() - GRACE - keep - 1.0))
 
-    def milabench(self, *argv: str, log: str, suite: bool = True, timeout: float | None = None,
-                  stdout: Path | None = None) -> tuple[int | None, float]:  # fmt: skip
-        """Run ``python -m milabench ARGV`` (suite options added), output in ``logs/LOG``
-        (standard output in ``stdout`` when given); (exit code, or None when interrupted at
-        ``timeout``, default the time left in the call; seconds)."""
+    def milabench(self, *argv: str, log: str, timeout: float, suite: bool = True,
+                  stdout: Path | None = None) -> procs.Outcome | None:  # fmt: skip
+        """``python -m milabench ARGV`` (suite options added) for at most ``timeout``
+        seconds; None when the deadline leaves no time to start it."""
+        if timeout < 0.5:
+            return None
         command = [self.args.python, "-m", "milabench", *argv]
         if suite:
             command += ["--config", str(self.args.config), "--base", str(self.args.base),
                         "--use-current-env"]  # fmt: skip
-        return self.run(command, log=log, timeout=timeout, stdout=stdout)
-
-    def run(self, command: list[str], *, log: str, timeout: float | None = None,
-            stdout: Path | None = None) -> tuple[int | None, float]:  # fmt: skip
-        timeout = self.left if timeout is None else timeout
-        env = {**os.environ, "MILABENCH_DASH": "no", "PYTHONUNBUFFERED": "1"}
-        start = time.monotonic()
-        with (
-            open(self.logs / log, "a") as err,
-            open(stdout, "w") if stdout else open(self.logs / log, "a") as out,
-        ):
-            err.write(f"$ {' '.join(command)}\n")
-            err.flush()
-            proc = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=REPO)
-            try:
-                code: int | None = proc.wait(timeout=max(timeout, 1.0))
-            except subprocess.TimeoutExpired:
-                code = None
-                interrupt(proc)
-        return code, time.monotonic() - start
-
-
-def interrupt(proc: subprocess.Popen) -> None:
-    """Stop milabench as Ctrl-C does (it stops its benchmarks and writes a partial
-    report; its own watchdog ends everything within 15 s), then harder if it does not end:
-    at most 35 s past the budget."""
-    for sig, wait in ((signal.SIGINT, 20), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            proc.send_signal(sig)
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def ensure_milabench(call: Call) -> None:
-    """milabench importable in ``--python``; installed from the wheelhouse when it is not."""
-    probe = [call.args.python, "-c", "import milabench, voir, uv"]
-    if subprocess.run(probe, capture_output=True).returncode == 0:
-        return
-    house = call.args.wheelhouse
-    if house is None:
-        raise Stop(f"milabench is not importable in {call.args.python}; give --wheelhouse DIR "
-                   "(made by 'milabench bundle') to install it from")  # fmt: skip
-    pins = house / "requirements" / "milabench.txt"
-    if not pins.is_file():
-        raise Stop(f"{house}: no requirements/milabench.txt (bundle made with --no-milabench?)")
-    code, _ = call.run([call.args.python, "-m", "pip", "install", "--no-index", "--find-links",
-                        str(house / "wheels"), "-r", str(pins), "-e", str(REPO)],
-                       log="setup.txt")  # fmt: skip
-    if code != 0:
-        raise Stop(f"installing milabench from {house} failed; see {call.logs / 'setup.txt'}")
+            if self.args.system:
+                command += ["--system", str(self.args.system)]
+        return procs.run_bounded(command, timeout=timeout, grace=GRACE, log=self.logs / log,
+                                 stdout=stdout, env=self.env, cwd=REPO)  # fmt: skip
 
 
 def selection_args(args: argparse.Namespace) -> list[str]:
@@ -191,26 +168,71 @@ def selection_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def first_call(call: Call) -> None:
-    """Machine record, key imports, and the list of entries to run."""
-    call.milabench("machine", "--base", str(call.args.base), suite=False, log="machine.txt",
-                   stdout=call.args.out / "machine.json")  # fmt: skip
-    code, _ = call.milabench("install", *selection_args(call.args), log="install.txt")
-    call.state["install_rc"] = code  # a failed import shows again in its entries' runs
+_INSTALL_ROW = re.compile(r"^(\S+)\s+failed\s+\S+ s\s+(\S+)(?:\s+(.*))?$")
+
+
+def install_failures(text: str) -> dict[str, str]:
+    """Failed groups of ``milabench install``'s table: group -> its one-line cause."""
+    out = {}
+    for line in text.splitlines():
+        match = _INSTALL_ROW.match(line.strip())
+        if match:
+            out[match.group(1)] = (match.group(3) or "failed").strip()
+    return out
+
+
+def first_call(call: Call, not_carried: dict[str, str]) -> None:
+    """Machine record, the entries chosen and left out, and their import check."""
+    args = call.args
+    call.milabench("machine", "--base", str(args.base), suite=False, log="machine.txt",
+                   timeout=call.bounded_timeout(60, keep=FINAL_RESERVE),
+                   stdout=args.out / "machine.json")  # fmt: skip
     listing = call.logs / "list.json"
     listing.unlink(missing_ok=True)
-    code, _ = call.milabench("list", "--format", "json", *selection_args(call.args),
-                             log="list.txt", stdout=listing)  # fmt: skip
+    done = call.milabench("list", "--format", "json", *selection_args(args), log="list.txt",
+                          stdout=listing, timeout=call.bounded_timeout(60, keep=FINAL_RESERVE))  # fmt: skip
     try:
         rows = json.loads(listing.read_text())
     except (OSError, ValueError):
         rows = None
-    if code != 0 or not isinstance(rows, list):
+    if done is None or done.rc != 0 or not isinstance(rows, list):
         raise Stop(f"milabench list failed; see {call.logs / 'list.txt'}")
-    names = [r["name"] for r in rows if r.get("selected")]
-    if not names:
-        raise Stop("no entry selected")
-    call.state["entries"] = [{"name": n, "status": "pending"} for n in names]
+    choice = selection.choose(rows, explicit=bool(args.select or args.exclude),
+                              not_carried=not_carried)  # fmt: skip
+    if not choice.run:
+        raise Stop("no entry to run: " + "; ".join(f"{k}: {v}" for k, v in choice.left_out.items()))
+    groups = {row["name"]: row.get("install_group") for row in rows}
+    call.state["left_out"] = choice.left_out
+    call.state["entries"] = [{"name": n, "status": "pending", "group": groups.get(n)}
+                             for n in choice.run]  # fmt: skip
+    call.save()
+    check_imports(call)
+
+
+def check_imports(call: Call) -> None:
+    """``milabench install --use-current-env`` for the pending entries; an entry whose
+    group fails its import check is ``not installed``, with the cause."""
+    pending = [e for e in call.state["entries"] if e["status"] == "pending"]
+    if not pending:
+        return
+    out = call.logs / "install.stdout.txt"
+    done = call.milabench("install", "--select", ",".join(e["name"] for e in pending),
+                          log="install.txt", stdout=out,
+                          timeout=call.bounded_timeout(180, keep=FINAL_RESERVE))  # fmt: skip
+    text = out.read_text(errors="replace") if out.is_file() else ""
+    failed = install_failures(text)
+    lines = [f"{group}: {cause}" for group, cause in failed.items()]
+    if done is None or (done.rc != 0 and not failed):
+        why = "stopped at its time limit" if done is not None and done.timed_out else (
+            "no time left" if done is None else f"exit code {done.rc}")  # fmt: skip
+        lines.append(f"the import check did not finish ({why}); see {call.logs / 'install.txt'}")
+        for entry in pending:  # nothing is known to work: do not start blind
+            entry["status"], entry["note"] = "not installed", "import check did not finish"
+    for entry in pending:
+        if entry.get("group") in failed:
+            entry["status"] = "not installed"
+            entry["note"] = f"group {entry['group']}: {failed[entry['group']]}"
+    call.state["install_failures"] = lines
     call.save()
 
 
@@ -218,123 +240,170 @@ def run_dir(call: Call) -> Path:
     return call.args.base / "runs" / RUN_NAME
 
 
-def run_entry(call: Call, entry: dict, first_in_call: bool) -> bool:
-    """Prepare and run one entry; False when the call's time ran out during it."""
+def run_entry(call: Call, entry: dict) -> None:
+    """Prepare and run one entry within ``--entry-cap`` and the call's time."""
     name = entry["name"]
     entry["status"] = "running"
-    entry["calls"] = entry.get("calls", 0) + 1
     call.save()
-    start = time.monotonic()
-    code, _ = call.milabench("prepare", "--select", name, log=f"{name}.prepare.txt")
-    entry["prepare_rc"] = code  # a failed prepare shows again in the run's report
-    if code is None:
-        entry["status"] = "timeout" if first_in_call else "pending"
-        call.save()
-        return False
-    if run_dir(call).is_dir():
-        where = ["--resume", str(run_dir(call))]
-    else:
-        where = ["--run-name", RUN_NAME]
-    code, _ = call.milabench("run", "--select", name, *where, log=f"{name}.run.txt")
-    entry["seconds"] = round(time.monotonic() - start, 1)
-    if code is None:
-        # over the call's budget: again in a fresh call, unless it had a whole call already
-        entry["status"] = "timeout" if first_in_call else "pending"
-        call.save()
-        return False
-    entry["status"] = "done" if code == 0 else "failed"
-    entry["rc"] = code
-    call.save()
-    return True
-
-
-def write_reports(call: Call) -> None:
-    """The run folder's report in every format, and the first-light summary."""
-    folder = run_dir(call)
-    rows: dict[str, dict] = {}
-    if not folder.is_dir():  # no entry got as far as its run
-        (call.args.out / "first-light.md").write_text(summary(call.state, rows))
+    cap = call.bounded_timeout(call.args.entry_cap, keep=FINAL_RESERVE)
+    end = call.deadline.left() - cap  # the entry must be over when this much is left
+    done = call.milabench("prepare", "--select", name, log=f"{name}.prepare.txt",
+                          timeout=cap)  # fmt: skip
+    if done is None:  # no time left to start it after all
+        entry["status"] = "pending"
         return
-    for fmt, suffix in (("text", "txt"), ("markdown", "md"), ("csv", "csv"), ("json", "json")):
-        call.milabench("report", "--runs", str(folder), "--format", fmt, "--output",
-                       str(call.args.out / f"report.{suffix}"), suite=False,
-                       log="report.txt", timeout=120)  # fmt: skip
+    spent = done.seconds
+    if done.rc != 0:
+        entry["seconds"] = round(spent, 1)
+        if done.timed_out:
+            entry["status"], entry["note"] = "timeout", f"prepare stopped at {cap:.0f} s"
+        else:
+            entry["status"] = "failed"
+            cause = last_error(call.logs / f"{name}.prepare.txt")
+            entry["note"] = f"prepare failed (exit code {done.rc})" + (
+                f": {cause}" if cause else ""
+            )
+        return
+    left = max(0.0, call.deadline.left() - end)
+    where = ["--resume", str(run_dir(call))] if run_dir(call).is_dir() else ["--run-name", RUN_NAME]
+    max_duration = max(5.0, left - GRACE - RUN_OVERHEAD)
+    done = call.milabench("run", "--select", name, *where, "--ignore-doctor", "--override",
+                          f"{name}.max_duration={max_duration:.0f}", log=f"{name}.run.txt",
+                          timeout=call.bounded_timeout(left, keep=FINAL_RESERVE))  # fmt: skip
+    entry["seconds"] = round(spent + (done.seconds if done else 0.0), 1)
+    if done is None:
+        entry["status"], entry["note"] = "timeout", "no time left to start its run"
+        return
+    write_reports(call)
+    entry["status"], entry["note"] = outcome(call, name)
+    if done.timed_out:  # milabench itself had to be stopped
+        entry["status"] = "timeout"
+        entry["note"] = f"stopped at the entry's cap ({cap:.0f} s); " + entry["note"]
+
+
+def outcome(call: Call, name: str) -> tuple[str, str]:
+    """The entry's status and note, from the run folder's report (``milabench run``'s exit
+    code is the verdict of the whole folder, which holds the earlier entries too)."""
     try:
-        with open(call.args.out / "report.csv", newline="") as fh:
-            rows = {r["name"]: r for r in csv.DictReader(fh)}
+        report = json.loads((call.args.out / "report.json").read_text())
+    except (OSError, ValueError):
+        return "failed", last_error(call.logs / f"{name}.run.txt") or "no report"
+    rows = {b.get("name"): b for b in report.get("benchmarks") or [] if isinstance(b, dict)}
+    errors = [e.get("line", "") for e in report.get("errors") or []
+              if isinstance(e, dict) and e.get("bench") == name]  # fmt: skip
+    row = rows.get(name)
+    if row is None:
+        return "failed", last_error(call.logs / f"{name}.run.txt") or "no result in the run"
+    if not row.get("fail") and row.get("rate") is not None:
+        return "done", ""
+    note = (errors[0] if errors else last_error(call.logs / f"{name}.run.txt"))[:200]
+    status = "timeout" if re.search(r"timed out|timeout", note, re.I) else "failed"
+    return status, note.replace("|", "/")
+
+
+def last_error(log: Path) -> str:
+    """The last line of a log that looks like a cause (for the summary's note)."""
+    try:
+        lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
     except OSError:
-        pass
-    (call.args.out / "first-light.md").write_text(summary(call.state, rows))
+        return ""
+    for line in reversed(lines):
+        if re.search(r"error|failed|Error|exception|Killed|timed out", line):
+            return line[:200].replace("|", "/")
+    return ""
 
 
-def _num(value: str | None, scale: float = 1.0) -> str:
-    """A report cell: 3 significant digits below 100, whole numbers above, "-" if empty."""
-    try:
-        number = float(value) * scale if value not in (None, "") else None
-    except ValueError:
-        number = None
-    if number is None:
-        return "-"
-    return f"{number:.0f}" if abs(number) >= 100 else f"{number:.3g}"
+def write_reports(call: Call, *, last: bool = False) -> None:
+    """The run folder's report in every format and ``first-light.md``, each report call
+    bounded by what is left of the call."""
+    folder = run_dir(call)
+    if folder.is_dir():
+        for fmt, suffix in (("csv", "csv"), ("markdown", "md"), ("text", "txt"),
+                            ("json", "json")):  # fmt: skip
+            keep = 0.0 if last else FINAL_RESERVE
+            call.milabench("report", "--runs", str(folder), "--format", fmt, "--output",
+                           str(call.args.out / f"report.{suffix}"), suite=False,
+                           log="report.txt", timeout=call.bounded_timeout(20, keep=keep))  # fmt: skip
+    rows = summary.read_rows(call.args.out / "report.csv")
+    call.state["budget"] = call.args.budget
+    call.save()
+    text = summary.render(call.state, rows, folder)
+    (call.args.out / "first-light.md").write_text(text)
 
 
-def summary(state: dict, rows: dict[str, dict]) -> str:
-    """Markdown: one line per entry (status, time, rate, TFLOPS, MFU, peak memory)."""
-    lines = [
-        "# First light", "",
-        "| entry | status | wall s | rate | units | TFLOPS | MFU % | peak GPU MiB |",
-        "|---|---|---:|---:|---|---:|---:|---:|",
-    ]  # fmt: skip
-    for entry in state.get("entries") or []:
-        row = rows.get(entry["name"], {})
-        lines.append(
-            f"| {entry['name']} | {entry['status']} | {entry.get('seconds', '-')} | "
-            f"{_num(row.get('rate'))} | {row.get('units') or '-'} | {_num(row.get('tflops'))} | "
-            f"{_num(row.get('mfu'), 100.0)} | {_num(row.get('peak_memory'))} |"
-        )
-    return "\n".join(lines) + "\n"
+def not_carried(house: Path | None) -> dict[str, str]:
+    """Entries the wheelhouse says it could not carry: entry -> reason."""
+    if house is None:
+        return {}
+    manifest = setup.read_manifest(house)
+    left = manifest.get("entries_left_out") or {}
+    return {str(k): str(v) for k, v in left.items()} if isinstance(left, dict) else {}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    procs.become_subreaper()
+    made: setup.Setup | None = None
+    call: Call | None = None
     try:
         call = Call(args)
         call.state["calls"] = call.state.get("calls", 0) + 1
-        ensure_milabench(call)
+        made = setup.make_importable(args.python, REPO, args.wheelhouse, args.out, call.deadline)
+        if made.pth is not None:
+            print(f"first light: milabench made importable ({made.how}, "
+                  f"{len(made.installed)} wheels)")  # fmt: skip
         if call.state.get("entries") is None:
-            first_call(call)
+            first_call(call, not_carried(args.wheelhouse))
         entries = call.state["entries"]
         for entry in entries:
-            if entry["status"] == "running":  # the previous call was killed during it
+            if entry["status"] == "running":  # an earlier call was killed during it
                 entry["status"] = "pending"
-            if args.retry_failed and entry["status"] in ("failed", "timeout"):
+            if args.retry_failed and entry["status"] in ("failed", "timeout", "not installed"):
                 entry["status"] = "pending"
-        ran = 0
+        if args.retry_failed:
+            check_imports(call)
         for entry in entries:
             if entry["status"] != "pending":
                 continue
-            if ran and (call.left < args.min_start or ran == args.max_entries):
-                break
-            if not run_entry(call, entry, first_in_call=ran == 0):
-                ran += 1
-                break
-            ran += 1
-        call.save()
-        pending = [e["name"] for e in entries if e["status"] == "pending"]
-        if pending:
-            print(f"first light: {len(entries) - len(pending)} of {len(entries)} entries done; "
-                  f"call again for {len(pending)} more ({pending[0]} next)")  # fmt: skip
-            return MORE_TO_DO
-        write_reports(call)
-        failed = [e["name"] for e in entries if e["status"] != "done"]
-        print(f"first light: all {len(entries)} entries ran"
-              + (f", not successful: {', '.join(failed)}" if failed else "")
-              + f"; reports in {args.out}")  # fmt: skip
-        return 0
+            if call.bounded_timeout(args.entry_cap, keep=FINAL_RESERVE) < min(
+                args.min_start, args.entry_cap
+            ):
+                break  # not enough time left to start it: it stays pending
+            run_entry(call, entry)
+            call.save()
+        write_reports(call, last=True)
+        return finish(call)
     except Stop as err:
         print(f"first_light: error: {err}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
+    except setup.SetupError as err:
+        print(f"first_light: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        setup.remove_pth(made)
+        procs.kill_descendants()
+
+
+def finish(call: Call) -> int:
+    """The closing lines and the exit code."""
+    entries = call.state["entries"]
+    pending = [e["name"] for e in entries if e["status"] == "pending"]
+    bad = [f"{e['name']} ({e['status']})" for e in entries if e["status"] not in
+           ("done", "pending")]  # fmt: skip
+    for name, reason in (call.state.get("left_out") or {}).items():
+        print(f"first light: left out {name}: {reason}")
+    wall = call.deadline.elapsed()
+    done = sum(e["status"] == "done" for e in entries)
+    print(f"first light: {done} of {len(entries)} entries passed in {wall:.0f} s "
+          f"(budget {call.args.budget:.0f} s); summary in {call.args.out / 'first-light.md'}")  # fmt: skip
+    if bad:
+        print(f"first light: not successful: {', '.join(bad)}")
+    if pending:
+        print(f"first light: out of time before {', '.join(pending)}; the same command "
+              "continues them")  # fmt: skip
+        return EXIT_MORE
+    return EXIT_FAILED if bad else 0
 
 
 if __name__ == "__main__":

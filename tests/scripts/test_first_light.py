@@ -1,6 +1,6 @@
-"""scripts/first_light.py end to end on the CPU: the smoke suite's flops entries in this
-Python (``--use-current-env``), one entry per call, resumed into one run folder, reports
-written to the folder given; and a call whose budget ends during an entry."""
+"""scripts/first_light.py: the entries it chooses, its hard budget against an entry that
+hangs, milabench installed from a wheelhouse into a Python without pip, and a whole call
+on the smoke suite's flops entries in this Python (``--use-current-env``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import json
 import os
 import subprocess
 import sys
+import time
+import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -16,69 +19,336 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "first_light.py"
 SMOKE = ROOT / "config" / "standard-smoke.yaml"
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from firstlight import procs, selection, setup  # noqa: E402
 
 
-def first_light(out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def first_light(out: Path, *args: str, config: Path = SMOKE, python: str = sys.executable,
+                timeout: float = 600) -> subprocess.CompletedProcess:  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("MILABENCH_")}
     env["MILABENCH_GPU_ARCH"] = "cpu"
-    return subprocess.run([sys.executable, str(SCRIPT), str(out), "--config", str(SMOKE),
-                           *args], capture_output=True, text=True, env=env, timeout=timeout,
+    return subprocess.run([python, str(SCRIPT), str(out), "--config", str(config), *args],
+                          capture_output=True, text=True, env=env, timeout=timeout,
                           cwd=ROOT)  # fmt: skip
 
 
 def state(out: Path) -> dict[str, str]:
-    """Each entry's status, in suite order."""
+    """Each entry's status, in the order run."""
     data = json.loads((out / "first-light.json").read_text())
     return {e["name"]: e["status"] for e in data["entries"]}
 
 
-@pytest.mark.slow
-def test_runs_the_selection_one_entry_per_call_and_writes_the_reports(tmp_path):
-    out = tmp_path / "out"
-    first = first_light(out, "--select", "fp32,bf16", "--max-entries", "1")
-    assert first.returncode == 3, first.stdout + first.stderr
-    assert "1 of 2 entries done; call again" in first.stdout
-    (one, two) = state(out)  # suite order: bf16 comes first in standard.yaml
-    assert state(out) == {one: "done", two: "pending"} and {one, two} == {"fp32", "bf16"}
-    assert json.loads((out / "machine.json").read_text())["python"]  # the machine record
-    assert (out / "logs" / "install.txt").is_file() and not (out / "report.md").exists()
+# ------------------------------------------------------------------- the entries chosen
 
-    second = first_light(out, "--select", "fp32,bf16", "--max-entries", "1")
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert "all 2 entries ran; reports in" in second.stdout
-    assert state(out) == {"fp32": "done", "bf16": "done"}
+
+def row(name: str, weight: float = 1, skip: str | None = None, **kw) -> dict:
+    return {"name": name, "weight": weight, "skip": skip, "enabled": True, "selected": True,
+            "install_group": "torch", **kw}  # fmt: skip
+
+
+def test_the_default_is_the_peak_then_weighted_entries_in_order_of_value():
+    rows = [row("resnet50"), row("resnet50-noio", 0), row("lightning-gpus",
+            skip="requires gpu['count'] > 1"), row("vjepa-single"), row("reformer"),
+            row("brax"), row("fp32", 0), row("bf16", 0), row("pna"), row("newcomer")]  # fmt: skip
+    choice = selection.choose(rows, explicit=False)
+    assert choice.run == ["bf16", "resnet50", "reformer", "pna", "newcomer"]
+    assert choice.left_out["lightning-gpus"] == "skipped on this machine: requires gpu['count'] > 1"
+    assert "24 GB of video" in choice.left_out["vjepa-single"]
+    assert "600 s" in choice.left_out["brax"]
+    assert "resnet50-noio" not in choice.left_out and "fp32" not in choice.left_out
+
+
+def test_an_explicit_selection_runs_in_suite_order_less_what_cannot_run():
+    rows = [row("vjepa-single"), row("fp32", 0), row("ppo"), row("x", selected=False),
+            row("dinov2-giant-gpus", skip="requires gpu['count'] > 1")]  # fmt: skip
+    choice = selection.choose(rows, explicit=True, not_carried={"ppo": "needs brax (52 MiB)"})
+    assert choice.run == ["vjepa-single", "fp32"]
+    assert choice.left_out == {
+        "ppo": "not in the wheelhouse: needs brax (52 MiB)",
+        "dinov2-giant-gpus": "skipped on this machine: requires gpu['count'] > 1",
+    }
+
+
+def test_install_failures_are_read_from_the_install_table():
+    script = __import__("importlib").util.spec_from_file_location("fl", SCRIPT)
+    module = __import__("importlib").util.module_from_spec(script)
+    script.loader.exec_module(module)
+    table = (
+        "group  status   time   benchmarks\n"
+        "hf     checked  3.5 s  bert-tf32-fp16\n"
+        "torch  failed   1.9 s  resnet50,bf16  validate: No module named 'torchvision'\n"
+        "jax    failed   0.4 s  ppo\n"
+    )
+    assert module.install_failures(table) == {
+        "torch": "validate: No module named 'torchvision'",
+        "jax": "failed",
+    }
+
+
+# ------------------------------------------------------------- processes and the budget
+
+
+def test_a_bounded_command_is_stopped_and_nothing_it_started_survives(tmp_path):
+    """A command that ignores Ctrl-C and leaves a grandchild in a session of its own:
+    stopped at its timeout plus the grace, and both processes are gone. Run in a Python
+    of its own, which becomes the subreaper (never the test worker)."""
+    pids = tmp_path / "pids"
+    code = (
+        "import os, signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(300)'], "
+        "start_new_session=True)\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(300)\n"
+    )
+    driver = (
+        f"import sys, time; sys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
+        "from pathlib import Path\n"
+        "from firstlight import procs\n"
+        "assert procs.become_subreaper()\n"
+        "start = time.monotonic()\n"
+        f"done = procs.run_bounded([sys.executable, '-c', {code!r}], timeout=2, grace=1, "
+        f"log=Path({str(tmp_path / 'log.txt')!r}))\n"
+        "print(done.rc, done.killed, round(time.monotonic() - start, 1))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rc, killed, seconds = result.stdout.split()
+    assert rc == "None" and int(killed) >= 1 and float(seconds) < 5
+    assert "stopped at its time limit" in (tmp_path / "log.txt").read_text()
+    assert_gone(pids)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+QUICK = '''\
+"""Paced steps of 10 ms."""
+import time
+from benchkit.timing import TimedIterator
+start = time.perf_counter()
+for k, _ in enumerate(TimedIterator([[0] * 8] * 100_000), 1):
+    time.sleep(max(0.0, start + k * 0.01 - time.perf_counter()))
+'''
+
+HANG = '''\
+"""Hangs: ignores Ctrl-C and SIGTERM, and leaves a grandchild in a session of its own."""
+import os, signal, subprocess, sys, time
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                          "signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                          "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(900)"],
+                         start_new_session=True)
+with open(os.environ["HANG_PIDS"], "w") as fh:
+    fh.write(f"{os.getpid()} {child.pid}")
+time.sleep(900)
+'''
+
+SUITE = """\
+_bench:
+  weight: 1
+  plan:
+    method: per_gpu
+  measure: {warmup_min: 0.1s, warmup_max: 0.3s, min: 0.5s, max: 1s, min_observations: 3,
+            startup: 200s}
+quick:
+  inherits: _bench
+  definition: quick
+hang:
+  inherits: _bench
+  definition: hang
+  env:
+    HANG_PIDS: "@PIDFILE@"
+stuck:
+  inherits: _bench
+  definition: stuck
+  env:
+    HANG_PIDS: "@PIDFILE@"
+after:
+  inherits: _bench
+  definition: later
+"""
+
+
+def hang_suite(tmp_path: Path) -> tuple[Path, Path]:
+    for name, text in (("quick", QUICK), ("hang", HANG), ("stuck", QUICK), ("later", QUICK)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "main.py").write_text(text)
+    (tmp_path / "stuck" / "prepare.py").write_text(HANG)  # its prepare hangs
+    pids = tmp_path / "hang.pids"
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE.replace("@PIDFILE@", str(pids)))
+    return suite, pids
+
+
+def assert_gone(pids: Path) -> None:
+    for pid in map(int, pids.read_text().split()):
+        assert not Path(f"/proc/{pid}").exists() or _zombie(pid), f"process {pid} left"
+
+
+@pytest.mark.slow
+def test_an_entry_that_hangs_is_capped_and_the_others_run(tmp_path):
+    suite, pids = hang_suite(tmp_path)
+    out = tmp_path / "out"
+    start = time.monotonic()
+    done = first_light(out, "--budget", "75", "--entry-cap", "20", "--min-start", "10",
+                       "--select", "quick,hang,after", config=suite)  # fmt: skip
+    wall = time.monotonic() - start
+    assert wall <= 75, wall
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert state(out) == {"quick": "done", "hang": "timeout", "after": "done"}
+    assert_gone(pids)
+    with open(out / "report.csv", newline="") as fh:
+        rows = {r["name"]: r for r in csv.DictReader(fh)}
+    assert float(rows["quick"]["rate"]) > 0 and float(rows["after"]["rate"]) > 0
+    summary = (out / "first-light.md").read_text()
+    assert "| hang | timeout |" in summary and "| after | done |" in summary
+    assert "not successful: hang (timeout)" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_budget_holds_when_an_entry_hangs_past_it(tmp_path):
+    """An entry's prepare hangs, deaf to Ctrl-C and SIGTERM, and its cap is longer than
+    the call: the call still ends within its budget, the hung processes are killed, the
+    reports of the entry that finished are there, and it says what is left."""
+    suite, pids = hang_suite(tmp_path)
+    out = tmp_path / "out"
+    start = time.monotonic()
+    done = first_light(out, "--budget", "45", "--entry-cap", "300", "--min-start", "5",
+                       "--select", "quick,stuck,after", config=suite)  # fmt: skip
+    wall = time.monotonic() - start
+    assert wall <= 45, wall
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert state(out) == {"quick": "done", "stuck": "timeout", "after": "pending"}
+    assert_gone(pids)
+    assert "| quick | done |" in (out / "first-light.md").read_text()
+    with open(out / "report.csv", newline="") as fh:
+        assert float(next(r for r in csv.DictReader(fh) if r["name"] == "quick")["rate"]) > 0
+    assert "out of time before after" in done.stdout
+
+
+# ------------------------------------------------------------- milabench from a wheelhouse
+
+
+def wheel_of_installed(name: str, dest: Path) -> Path:
+    """A wheel holding an installed distribution's files as they are (its dist-info keeps
+    the WHEEL and RECORD it was installed with): real wheels of this Python's packages,
+    made without the network."""
+    dist = metadata.distribution(name)
+    info = Path(dist._path)  # type: ignore[attr-defined]
+    wheel_text = (info / "WHEEL").read_text()
+    tag = next(x.split(":", 1)[1].strip() for x in wheel_text.splitlines() if x.startswith("Tag:"))
+    base = info.parent
+    path = dest / f"{info.name.removesuffix('.dist-info')}-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for file in dist.files or []:
+            full = (base / file).resolve()
+            if full.is_file() and "__pycache__" not in file.parts and ".." not in file.parts:
+                zf.write(full, str(file))
+    return path
+
+
+@pytest.mark.slow
+def test_milabench_is_installed_from_a_wheelhouse_into_a_python_without_pip(tmp_path):
+    """A venv made without pip and without this Python's packages: milabench's needs come
+    from a wheelhouse (pip's wheel from ensurepip, the others repacked from this Python),
+    installed with pip run from its wheel, no index; the .pth is removed at the end."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    assert subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode
+    house = tmp_path / "house"
+    (house / "wheels").mkdir(parents=True)
+    for name in ("omegaconf", "antlr4-python3-runtime", "PyYAML", "psutil"):
+        wheel_of_installed(name, house / "wheels")
+    bundled = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    (pip_wheel,) = (bundled / "ensurepip" / "_bundled").glob("pip-*.whl")
+    (house / pip_wheel.name).write_bytes(pip_wheel.read_bytes())
+    (house / "manifest.json").write_text(json.dumps({"pip": pip_wheel.name}))
+
+    out = tmp_path / "out"
+    deadline = procs.Deadline(300)
+    made = setup.make_importable(python, ROOT, house, out, deadline)
+    try:
+        assert made.how == f"pip from {pip_wheel.name}" and len(made.installed) == 4
+        assert made.pth is not None and made.pth.is_file()
+        probe = subprocess.run([python, "-I", "-c", "import milabench, omegaconf, benchkit; "
+                                "print(omegaconf.__file__)"], capture_output=True, text=True)  # fmt: skip
+        assert probe.returncode == 0, probe.stderr
+        assert probe.stdout.startswith(str(out / "site"))
+    finally:
+        setup.remove_pth(made)
+    assert not made.pth.exists()
+    ok, line = setup.importable(python, deadline)
+    assert not ok and "No module named" in line
+
+
+def test_without_pip_or_a_pip_wheel_the_error_says_what_to_do(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    house = tmp_path / "house"
+    (house / "wheels").mkdir(parents=True)
+    (house / "wheels" / "x-1-py3-none-any.whl").write_bytes(b"")
+    with pytest.raises(setup.SetupError, match="no pip and .* carries no pip wheel"):
+        setup.make_importable(str(venv / "bin" / "python"), ROOT, house, tmp_path / "out",
+                              procs.Deadline(120))  # fmt: skip
+
+
+# ----------------------------------------------------------------------- a whole call
+
+
+@pytest.mark.slow
+def test_runs_the_selection_and_writes_the_reports(tmp_path):
+    out = tmp_path / "out"
+    done = first_light(out, "--select", "fp32,bf16", "--budget", "200")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 of 2 entries passed" in done.stdout
+    assert state(out) == {"bf16": "done", "fp32": "done"}  # suite order
+    assert json.loads((out / "machine.json").read_text())["python"]
     runs = out / "base" / "runs" / "first-light"
     assert {p.name for p in runs.glob("*.data")} >= {"fp32.D0.data", "bf16.D0.data"}
     for name in ("report.txt", "report.md", "report.csv", "report.json"):
         assert (out / name).stat().st_size > 0, name
-    with open(out / "report.csv", newline="") as fh:
-        rows = {r["name"]: r for r in csv.DictReader(fh)}
-    assert {"fp32", "bf16"} <= set(rows) and float(rows["fp32"]["rate"]) > 0
     summary = (out / "first-light.md").read_text()
-    assert "| entry | status | wall s | rate | units | TFLOPS | MFU % | peak GPU MiB |" in summary
+    assert "| entry | status | wall s | rate | 95% interval |" in summary
     assert "| fp32 | done |" in summary and "| bf16 | done |" in summary
+    assert "measured bf16 peak: " in summary and "measured bf16 peak: -" not in summary
+    # the doctor ran and the run carried on (--ignore-doctor): its record is in the run
+    assert (runs / "doctor.json").is_file()
 
     # done: a further call changes nothing but the reports; other options are refused
-    third = first_light(out, "--select", "fp32,bf16")
-    assert third.returncode == 0 and state(out) == {"fp32": "done", "bf16": "done"}
+    again = first_light(out, "--select", "fp32,bf16")
+    assert again.returncode == 0 and state(out) == {"bf16": "done", "fp32": "done"}
     other = first_light(out, "--select", "fp32")
     assert other.returncode == 1
     assert other.stderr.startswith("first_light: error: ") and len(other.stderr.splitlines()) == 1
 
 
-@pytest.mark.slow
-def test_an_entry_over_the_call_budget_is_interrupted_and_retried_on_request(tmp_path):
+def test_a_group_that_cannot_import_is_not_started(tmp_path):
+    """An import check that fails names the group and the cause; its entries do not
+    start, and the exit code says something failed."""
+    suite = tmp_path / "suite.yaml"
+    (tmp_path / "needs").mkdir()
+    (tmp_path / "needs" / "main.py").write_text("import no_such_module_anywhere\n")
+    (tmp_path / "needs" / "requirements.in").write_text("no-such-module-anywhere\n")
+    suite.write_text("needs:\n  definition: needs\n  weight: 1\n  plan: {method: per_gpu}\n")
     out = tmp_path / "out"
-    first = first_light(out, "--select", "fp32,bf16", "--max-entries", "1")
-    assert first.returncode == 3, first.stdout + first.stderr
-    (one, two) = state(out)
-    short = first_light(out, "--select", "fp32,bf16", "--budget", "1")  # cannot fit
-    assert short.returncode == 0, short.stdout + short.stderr
-    assert f"not successful: {two}" in short.stdout
-    assert state(out) == {one: "done", two: "timeout"}
-    assert f"| {two} | timeout |" in (out / "first-light.md").read_text()
+    done = first_light(out, "--budget", "120", config=suite)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert state(out) == {"needs": "not installed"}
+    text = (out / "first-light.md").read_text()
+    assert "no_such_module_anywhere" in text and "| needs | not installed |" in text
+    assert not (out / "logs" / "needs.run.txt").exists()
 
-    retry = first_light(out, "--select", "fp32,bf16", "--retry-failed")
-    assert retry.returncode == 0, retry.stdout + retry.stderr
-    assert state(out) == {one: "done", two: "done"}
-    assert f"| {two} | done |" in (out / "first-light.md").read_text()
+
+def test_bad_arguments_exit_2(tmp_path):
+    done = first_light(tmp_path / "out", "--budget", "3")
+    assert done.returncode == 2 and "--budget must be at least" in done.stderr
