@@ -159,13 +159,8 @@ class Call:
                                  stdout=stdout, env=self.env, cwd=REPO)  # fmt: skip
 
 
-def selection_args(args: argparse.Namespace) -> list[str]:
-    out = []
-    if args.select:
-        out += ["--select", args.select]
-    if args.exclude:
-        out += ["--exclude", args.exclude]
-    return out
+def names(text: str | None) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
 
 
 _INSTALL_ROW = re.compile(r"^(\S+)\s+failed\s+\S+ s\s+(\S+)(?:\s+(.*))?$")
@@ -189,22 +184,25 @@ def first_call(call: Call, not_carried: dict[str, str]) -> None:
                    stdout=args.out / "machine.json")  # fmt: skip
     listing = call.logs / "list.json"
     listing.unlink(missing_ok=True)
-    done = call.milabench("list", "--format", "json", *selection_args(args), log="list.txt",
-                          stdout=listing, timeout=call.bounded_timeout(60, keep=FINAL_RESERVE))  # fmt: skip
+    done = call.milabench("list", "--format", "json", log="list.txt", stdout=listing,
+                          timeout=call.bounded_timeout(60, keep=FINAL_RESERVE))  # fmt: skip
     try:
         rows = json.loads(listing.read_text())
     except (OSError, ValueError):
         rows = None
     if done is None or done.rc != 0 or not isinstance(rows, list):
         raise Stop(f"milabench list failed; see {call.logs / 'list.txt'}")
-    choice = selection.choose(rows, explicit=bool(args.select or args.exclude),
-                              not_carried=not_carried)  # fmt: skip
+    try:
+        choice = selection.choose(rows, select=names(args.select) if args.select else None,
+                                  exclude=names(args.exclude), not_carried=not_carried)  # fmt: skip
+    except selection.UnknownEntry as err:
+        raise Stop(str(err)) from None
     if not choice.run:
         raise Stop("no entry to run: " + "; ".join(f"{k}: {v}" for k, v in choice.left_out.items()))
-    groups = {row["name"]: row.get("install_group") for row in rows}
+    by_name = {row["name"]: row for row in rows}
     call.state["left_out"] = choice.left_out
-    call.state["entries"] = [{"name": n, "status": "pending", "group": groups.get(n)}
-                             for n in choice.run]  # fmt: skip
+    call.state["entries"] = [{"name": n, "status": "pending", "group": by_name[n].get(
+        "install_group"), "only": selection.only(n, rows)} for n in choice.run]  # fmt: skip
     call.save()
     check_imports(call)
 
@@ -217,6 +215,7 @@ def check_imports(call: Call) -> None:
         return
     out = call.logs / "install.stdout.txt"
     done = call.milabench("install", "--select", ",".join(e["name"] for e in pending),
+                          *exclusions(pending),
                           log="install.txt", stdout=out,
                           timeout=call.bounded_timeout(180, keep=FINAL_RESERVE))  # fmt: skip
     text = out.read_text(errors="replace") if out.is_file() else ""
@@ -236,6 +235,17 @@ def check_imports(call: Call) -> None:
     call.save()
 
 
+def exclusions(entries: list[dict]) -> list[str]:
+    """``--exclude`` of the entries that selecting ``entries`` by name would add."""
+    names_in = {e["name"] for e in entries}
+    out: list[str] = []
+    for entry in entries:
+        only = entry.get("only") or []
+        if "--exclude" in only:
+            out += [n for n in only[only.index("--exclude") + 1].split(",") if n not in names_in]
+    return ["--exclude", ",".join(dict.fromkeys(out))] if out else []
+
+
 def run_dir(call: Call) -> Path:
     return call.args.base / "runs" / RUN_NAME
 
@@ -247,8 +257,8 @@ def run_entry(call: Call, entry: dict) -> None:
     call.save()
     cap = call.bounded_timeout(call.args.entry_cap, keep=FINAL_RESERVE)
     end = call.deadline.left() - cap  # the entry must be over when this much is left
-    done = call.milabench("prepare", "--select", name, log=f"{name}.prepare.txt",
-                          timeout=cap)  # fmt: skip
+    only = entry.get("only") or ["--select", name]
+    done = call.milabench("prepare", *only, log=f"{name}.prepare.txt", timeout=cap)
     if done is None:  # no time left to start it after all
         entry["status"] = "pending"
         return
@@ -267,7 +277,7 @@ def run_entry(call: Call, entry: dict) -> None:
     left = max(0.0, call.deadline.left() - end)
     where = ["--resume", str(run_dir(call))] if run_dir(call).is_dir() else ["--run-name", RUN_NAME]
     max_duration = max(5.0, left - GRACE - RUN_OVERHEAD)
-    done = call.milabench("run", "--select", name, *where, "--ignore-doctor", "--override",
+    done = call.milabench("run", *only, *where, "--ignore-doctor", "--override",
                           f"{name}.max_duration={max_duration:.0f}", log=f"{name}.run.txt",
                           timeout=call.bounded_timeout(left, keep=FINAL_RESERVE))  # fmt: skip
     entry["seconds"] = round(spent + (done.seconds if done else 0.0), 1)

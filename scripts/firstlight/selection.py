@@ -38,8 +38,8 @@ DEFAULT_ORDER = [
 #: still runs them).
 LEFT_OUT_BY_DEFAULT = {
     "vjepa-single": (
-        "its prepare writes about 24 GB of video, decoded with decord (26 MiB of wheels): "
-        "neither fits one 10-minute call nor the wheelhouse"
+        "its prepare writes about 24 GB of video, more than one 10-minute call can make "
+        "(its decoder, decord, 26 MiB of wheels, stays out of the default wheelhouse too)"
     ),
     "brax": (
         "its start-up alone is budgeted at up to 10 minutes (brax's trainer compiles for "
@@ -62,42 +62,80 @@ def _rank(name: str, suite_order: dict[str, int]) -> tuple[int, int]:
     return (1, suite_order.get(name, 0))
 
 
+class UnknownEntry(ValueError):
+    """A name given to ``--select``/``--exclude`` that is no entry of the suite."""
+
+
+def _check_names(names: list[str], known: list[str], option: str) -> None:
+    import difflib
+
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise UnknownEntry(f"{option} {name}: no entry of that name{hint}")
+
+
 def choose(
     rows: list[dict],
     *,
-    explicit: bool,
+    select: list[str] | None = None,
+    exclude: list[str] | None = None,
     not_carried: dict[str, str] | None = None,
 ) -> Choice:
     """The first light's entries from ``milabench list --format json`` rows.
 
-    ``explicit``: the rows were narrowed by the user's ``--select``/``--exclude``; every
-    selected entry is a candidate, in suite order. Otherwise the candidates are
-    `PEAK_ENTRY` and the weighted entries, in `DEFAULT_ORDER`, less
-    `LEFT_OUT_BY_DEFAULT`. Either way an entry the machine skips, or whose packages the
-    wheelhouse left out (``not_carried``: entry -> reason), is left out with its reason.
+    ``select``: entry names (exact: ``lightning`` is not ``lightning-gpus``), run in suite
+    order. Without it the candidates are `PEAK_ENTRY` and the weighted entries, in
+    `DEFAULT_ORDER`, less `LEFT_OUT_BY_DEFAULT`. ``exclude``: entry names taken out.
+    Either way an entry the machine skips, or whose packages the wheelhouse left out
+    (``not_carried``: entry -> reason), is left out with its reason. A name that is no
+    entry raises `UnknownEntry`.
     """
     not_carried = not_carried or {}
-    suite_order = {row["name"]: i for i, row in enumerate(rows)}
+    exclude = exclude or []
+    known = [row["name"] for row in rows]
+    _check_names(select or [], known, "--select")
+    _check_names(exclude, known, "--exclude")
+    suite_order = {name: i for i, name in enumerate(known)}
     choice = Choice()
     candidates = []
     for row in rows:
-        if not row.get("selected", True) or not row.get("enabled", True):
-            continue
         name = row["name"]
-        weighted = float(row.get("weight") or 0) > 0
-        if not explicit and not (weighted or name == PEAK_ENTRY):
+        if not row.get("enabled", True) or name in exclude:
             continue
-        candidates.append(row)
-    if not explicit:
+        if select is not None:
+            if name in select:
+                candidates.append(row)
+        elif float(row.get("weight") or 0) > 0 or name == PEAK_ENTRY:
+            candidates.append(row)
+    if select is None:
         candidates.sort(key=lambda row: _rank(row["name"], suite_order))
     for row in candidates:
         name = row["name"]
         if row.get("skip"):
             choice.left_out[name] = f"skipped on this machine: {row['skip']}"
-        elif not explicit and name in LEFT_OUT_BY_DEFAULT:
+        elif select is None and name in LEFT_OUT_BY_DEFAULT:
             choice.left_out[name] = LEFT_OUT_BY_DEFAULT[name]
         elif name in not_carried:
             choice.left_out[name] = f"not in the wheelhouse: {not_carried[name]}"
         else:
             choice.run.append(name)
     return choice
+
+
+def _keys(row: dict) -> set[str]:
+    """What ``milabench --select`` matches an entry by (its folder aside)."""
+    return {row["name"], str(row.get("group")), str(row.get("install_group")),
+            *map(str, row.get("tags") or [])}  # fmt: skip
+
+
+def only(name: str, rows: list[dict]) -> list[str]:
+    """milabench's selection options for the entry ``name`` alone: ``--select`` matches
+    groups and tags too (``--select lightning`` would also run ``lightning-gpus``), so
+    the other entries it would match are excluded by name."""
+    ours = next((row for row in rows if row["name"] == name), None)
+    mine = _keys(ours) if ours is not None else {name}
+    others = [row["name"] for row in rows
+              if row["name"] != name and name in _keys(row) and row["name"] not in mine]  # fmt: skip
+    return ["--select", name] + (["--exclude", ",".join(others)] if others else [])

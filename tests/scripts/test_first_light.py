@@ -51,7 +51,7 @@ def test_the_default_is_the_peak_then_weighted_entries_in_order_of_value():
     rows = [row("resnet50"), row("resnet50-noio", 0), row("lightning-gpus",
             skip="requires gpu['count'] > 1"), row("vjepa-single"), row("reformer"),
             row("brax"), row("fp32", 0), row("bf16", 0), row("pna"), row("newcomer")]  # fmt: skip
-    choice = selection.choose(rows, explicit=False)
+    choice = selection.choose(rows)
     assert choice.run == ["bf16", "resnet50", "reformer", "pna", "newcomer"]
     assert choice.left_out["lightning-gpus"] == "skipped on this machine: requires gpu['count'] > 1"
     assert "24 GB of video" in choice.left_out["vjepa-single"]
@@ -60,14 +60,32 @@ def test_the_default_is_the_peak_then_weighted_entries_in_order_of_value():
 
 
 def test_an_explicit_selection_runs_in_suite_order_less_what_cannot_run():
-    rows = [row("vjepa-single"), row("fp32", 0), row("ppo"), row("x", selected=False),
+    rows = [row("vjepa-single"), row("fp32", 0), row("ppo"), row("x"),
             row("dinov2-giant-gpus", skip="requires gpu['count'] > 1")]  # fmt: skip
-    choice = selection.choose(rows, explicit=True, not_carried={"ppo": "needs brax (52 MiB)"})
+    choice = selection.choose(rows, select=["ppo", "dinov2-giant-gpus", "fp32", "vjepa-single"],
+                              not_carried={"ppo": "needs brax (52 MiB)"})  # fmt: skip
     assert choice.run == ["vjepa-single", "fp32"]
     assert choice.left_out == {
         "ppo": "not in the wheelhouse: needs brax (52 MiB)",
         "dinov2-giant-gpus": "skipped on this machine: requires gpu['count'] > 1",
     }
+    default = selection.choose(rows, exclude=["ppo"])
+    assert "ppo" not in default.run and "ppo" not in default.left_out
+    with pytest.raises(selection.UnknownEntry, match="--select ppp: no entry .*'ppo'"):
+        selection.choose(rows, select=["ppp"])
+
+
+def test_an_entry_is_selected_alone_by_its_name():
+    """milabench's --select matches groups and tags: `lightning` would also run
+    `lightning-gpus` (group lightning); first light excludes it by name."""
+    rows = [row("lightning", group="lightning", tags=["lightning", "monogpu"]),
+            row("lightning-gpus", group="lightning", tags=["lightning", "multigpu"]),
+            row("resnet50", group="torchvision", tags=["resnet"])]  # fmt: skip
+    assert selection.only("lightning", rows) == [
+        "--select", "lightning", "--exclude", "lightning-gpus"]  # fmt: skip
+    assert selection.only("resnet50", rows) == ["--select", "resnet50"]
+    choice = selection.choose(rows, select=["lightning"])
+    assert choice.run == ["lightning"]
 
 
 def test_install_failures_are_read_from_the_install_table():
