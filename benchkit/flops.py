@@ -26,8 +26,10 @@ Standard library at module level (benchkit's rule); torch only inside ``count_fl
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -104,29 +106,71 @@ def count_flops(step: Callable[[], Any]) -> int:
     ``FlopCounterMode``, whose module tracker breaks models with custom autograd
     functions such as Reformer's reversible layers). Under ``torch.inference_mode`` no
     dispatch mode sees the operators: count inference under ``torch.no_grad``. Returns 0
-    when torch has no formulas or saw nothing (then nothing is declared)."""
+    when torch has no formulas or saw nothing (then nothing is declared).
+
+    The counter leans on private torch APIs (``torch.utils._python_dispatch``, the
+    formulas' signatures): where a torch other than the pinned one differs, the step
+    still runs once, uncounted, and one line (`not_counted`) says so: a version
+    difference costs the FLOPs, never the run."""
     try:
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils.flop_counter import flop_registry
-    except ImportError:  # pragma: no cover - torch without the counter
+    except ImportError as exc:
+        not_counted(exc)
         step()
         return 0
 
-    class _Count(TorchDispatchMode):
-        total = 0
+    try:
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            formula = flop_registry.get(func._overloadpacket)
-            if formula is not None:
-                self.total += int(formula(*args, **kwargs, out_val=out))
-            return out
+        class _Count(TorchDispatchMode):
+            total = 0
+            failed: BaseException | None = None
 
-    counter = _Count()
-    with counter:
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                formula = flop_registry.get(func._overloadpacket)
+                if formula is not None and self.failed is None:
+                    try:
+                        self.total += int(formula(*args, **kwargs, out_val=out))
+                    except Exception as exc:  # noqa: BLE001 - a formula of another torch
+                        self.failed = exc
+                return out
+
+        counter = _Count()
+    except Exception as exc:  # noqa: BLE001 - a dispatch-mode API of another torch
+        not_counted(exc)
         step()
+        return 0
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(counter)
+        except Exception as exc:  # noqa: BLE001 - the step runs uncounted
+            counter.failed = exc
+        step()
+    if counter.failed is not None:
+        not_counted(counter.failed)
+        return 0
     return counter.total
+
+
+def not_counted(exc: BaseException) -> str:
+    """One line on stderr (rank 0): the FLOPs of the step could not be counted with this
+    torch, so nothing is declared (no TFLOPS or MFU in the report); returns it."""
+    try:
+        import torch
+
+        version = f"torch {torch.__version__}"
+    except Exception:  # noqa: BLE001 - only for the note
+        version = "torch ?"
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    text = (
+        f"FLOPs not counted ({version}: {type(exc).__name__}"
+        f"{': ' + first if first else ''}); no TFLOPS or MFU for this run"
+    )
+    if _is_rank0():
+        print(text, file=sys.stderr, flush=True)
+    return text
 
 
 def count_and_declare(

@@ -673,6 +673,36 @@ def host_bytes() -> int | None:
     return None
 
 
+def no_estimate(exc: BaseException, *, label: str = "") -> str:
+    """Say, in one line, that the memory estimate failed and the run goes on without it
+    (stderr, and rank 0's ``message`` event marked ``warning: memory``, which the report
+    lists): the estimate leans on private torch APIs (``torch._subclasses``' fake
+    tensors, ``torch.utils._python_dispatch``) that a torch other than the pinned one
+    may have changed, which must cost the estimate, never the run. Returns the line."""
+    try:
+        import torch
+
+        version = f"torch {torch.__version__}"
+    except Exception:  # noqa: BLE001 - only for the note
+        version = "torch ?"
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    text = (
+        f"{label + ': ' if label else ''}no memory estimate ({version}: "
+        f"{type(exc).__name__}{': ' + first if first else ''}); running without it"
+    )
+    print(text, file=sys.stderr, flush=True)
+    if os.environ.get("RANK", "0") in ("", "0"):
+        try:
+            from benchkit.channel import default_writer
+
+            writer = default_writer()
+            writer.event("message", {"message": text, "warning": "memory"})
+            writer.flush()
+        except Exception:  # noqa: BLE001 - the stderr line is the note
+            pass
+    return text
+
+
 def skip_unless_it_fits(
     fp: Footprint | Callable[[], Footprint], device: Any, *, label: str = ""
 ) -> Footprint | None:
@@ -684,11 +714,17 @@ def skip_unless_it_fits(
     ``fp`` may be a function that estimates it: it is called only on a GPU (or with
     ``MILABENCH_FAKE_GPUS``), where there is something to check; a run on the CPU (the
     tests, the CPU suites) does not pay for the estimate. Returns the footprint, or None
-    when it was not estimated."""
+    when it was not estimated; an estimate that fails (a torch whose private APIs
+    differ) is one line (`no_estimate`) and None: the run goes on unchecked."""
     capacity = gpu_bytes(device)
     if capacity is None and callable(fp):
         return None
-    fp = fp() if callable(fp) else fp
+    if callable(fp):
+        try:
+            fp = fp()
+        except Exception as exc:  # noqa: BLE001 - the estimate is optional, the run is not
+            no_estimate(exc, label=label)
+            return None
     reason = does_not_fit(fp, gpu_bytes=capacity, host_bytes=host_bytes())
     if reason is None:
         return fp

@@ -29,6 +29,7 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
         with torch.device("cpu" if real else "meta"):
             model, shape = bench.FACTORIES[args.model](args.size == "tiny")
         model.train()
+        skip_layerdrop_draw(model)
         batch = bench.collate(bench.samples(small, shape))  # small host tensors
 
         return Workload([model], lambda: model(**batch).loss.backward())
@@ -41,3 +42,18 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
             ranks_per_node=ranks_per_node,
             measured_at=(args.batch_size, small.batch_size) if real else None,
         )
+
+
+def skip_layerdrop_draw(model) -> None:
+    """Whisper's encoder and decoder in eval mode, their layers left in training mode,
+    when that changes nothing: LayerDrop probability 0 and dropout 0 (whisper-tiny's).
+    transformers 5.17 (the GPU image's; 5.23 tests the probability first) draws
+    LayerDrop's ``torch.rand([]) < layerdrop`` in training whatever the probability, a
+    decision that tensors without data cannot make (``DataDependentOutputException``,
+    which cost whisper its estimate there); with both at 0
+    no layer is ever dropped and the stack's own dropout is the identity, so the step
+    measured is the one that runs."""
+    for module in model.modules():
+        layerdrop = getattr(module, "layerdrop", None)
+        if isinstance(layerdrop, float) and layerdrop == 0.0 and not getattr(module, "dropout", 0):
+            module.training = False

@@ -1,0 +1,180 @@
+"""First light rehearsed on this machine, on a copy of the GPU machine's Python, offline.
+
+    python scripts/first_light_rehearsal.py [--work DIR] [--budget 480] [--max-mib 40]
+        [--select A,B] [--config config/first-light-smoke.yaml]
+
+What the GPU machine will meet, reproduced here (docs/benchmarks.md "First
+light on a GPU"):
+
+1. **its Python**: a Python 3.12 virtual environment holding the image's versions of
+   torch, torchvision, transformers, timm, lightning, torch-geometric, JAX, numpy and the
+   rest (``scripts/firstlight/image-nvidia-h200.txt``; the CUDA build of torch runs on a
+   CPU), with no pip and no milabench (`firstlight.imageenv`, kept under ``--work`` and
+   reused while the list is unchanged);
+2. **what travels**: the wheelhouse for that Python, made with the documented command
+   (``scripts/first_light_wheelhouse.py DIR --max-mib N``), here, where the package
+   registry is reachable;
+3. **the call**: the exact first-light command, with that Python, from this repository,
+   in a network namespace with no route out (``unshare --net``: only a loopback), with
+   ``MILABENCH_GPU_ARCH=cpu`` and the CPU smoke sizes of ``config/first-light-smoke.yaml``
+   (the same entry names, so the same default selection), under the same budget.
+
+It passes when the first-light command exits 0 within its budget. Exit codes: 0 pass,
+1 fail (the line says which step), 2 bad arguments. Needs root or unprivileged user
+namespaces for ``unshare --net``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from firstlight import imageenv  # noqa: E402
+
+DEFAULT_WORK = Path.home() / ".cache" / "milabench" / "first-light-rehearsal"
+#: A connection that must fail inside the namespace (a package index: no DNS, no route).
+OFFLINE_PROBE = (
+    "import socket\n"
+    "try:\n"
+    "    socket.create_connection(('pypi.org', 443), timeout=5)\n"
+    "except OSError as err:\n"
+    "    print('offline:', err)\n"
+    "else:\n"
+    "    raise SystemExit('the network is reachable')\n"
+)
+#: Variables of this development machine that the GPU machine does not have.
+DROPPED = ("PIP_", "UV_", "MILABENCH_", "PYTHONPATH", "VIRTUAL_ENV")
+
+
+class Failed(Exception):
+    """A step of the rehearsal failed: one line."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=DEFAULT_WORK,
+                        help=f"environment, wheelhouse and output (default {DEFAULT_WORK})")  # fmt: skip
+    parser.add_argument("--budget", type=float, default=480.0,
+                        help="the first-light call's budget in seconds (default 480)")  # fmt: skip
+    parser.add_argument("--max-mib", type=float, default=40.0,
+                        help="the wheelhouse's size limit (default 40)")  # fmt: skip
+    parser.add_argument("--config", type=Path, default=REPO / "config" / "first-light-smoke.yaml")
+    parser.add_argument("--select", default=None, metavar="A,B",
+                        help="entries instead of first light's default choice")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.budget <= 0 or args.max_mib <= 0:
+        parser.error("--budget and --max-mib must be positive")
+    args.work = args.work.absolute()
+    return args
+
+
+def machine_env() -> dict[str, str]:
+    """This process's variables less what only this development machine has."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED)}
+    env["MILABENCH_GPU_ARCH"] = "cpu"  # no GPU here: the CPU stands in for it
+    return env
+
+
+def offline(argv: list[str]) -> list[str]:
+    """``argv`` in a new network namespace whose only interface is a loopback, up."""
+    up = 'ip link set lo up 2>/dev/null; exec "$@"'  # a constant program, argv passed as is
+    return ["unshare", "--net", "--", "/bin/sh", "-c", up, "offline", *argv]
+
+
+def step(what: str, argv: list[str], *, env: dict[str, str] | None = None,
+         log: Path | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run one step (its output to ``log`` and to this terminal's standard output)."""
+    print(f"rehearsal: {what}", flush=True)
+    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    if log is not None:
+        log.write_text(text)
+    sys.stdout.write("".join(f"  {line}\n" for line in text.splitlines()[-25:]))
+    return proc
+
+
+def rehearse(args: argparse.Namespace) -> dict:
+    """The three steps; a record of what ran and how long it took."""
+    args.work.mkdir(parents=True, exist_ok=True)
+    record: dict = {"budget": args.budget, "max_mib": args.max_mib}
+    start = time.monotonic()
+    try:
+        python = str(imageenv.build_image_env(args.work / "image-env", say=print))
+    except imageenv.ImageEnvError as err:
+        raise Failed(f"the copy of the GPU machine's Python: {err}") from None
+    record["image_env_s"] = round(time.monotonic() - start, 1)
+    if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        raise Failed(f"{python} has pip: the GPU machine's Python may not")
+
+    house = args.work / "wheelhouse"
+    start = time.monotonic()
+    made = step("the wheelhouse (scripts/first_light_wheelhouse.py)",
+                [sys.executable, str(HERE / "first_light_wheelhouse.py"), str(house),
+                 "--max-mib", f"{args.max_mib:g}"],
+                log=args.work / "wheelhouse.log")  # fmt: skip
+    record["wheelhouse_s"] = round(time.monotonic() - start, 1)
+    if made.returncode != 0:
+        raise Failed(f"the wheelhouse could not be made (see {args.work / 'wheelhouse.log'})")
+    record["wheelhouse_mib"] = round(
+        sum(p.stat().st_size for p in house.rglob("*") if p.is_file()) / 2**20, 1
+    )
+
+    env = machine_env()
+    probe = step("the network is off in the namespace", offline([python, "-c", OFFLINE_PROBE]),
+                 env=env)  # fmt: skip
+    if probe.returncode != 0:
+        raise Failed("could not cut the network off (unshare --net needs root or user "
+                     f"namespaces): {(probe.stderr or probe.stdout).strip()[-200:]}")  # fmt: skip
+
+    out = args.work / "out"
+    if out.exists():
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+    command = [python, str(HERE / "first_light.py"), str(out), "--wheelhouse", str(house),
+               "--config", str(args.config.absolute()), "--budget", f"{args.budget:g}"]  # fmt: skip
+    if args.select:
+        command += ["--select", args.select]
+    record["command"] = " ".join(command)
+    start = time.monotonic()
+    call = step("first light, offline", offline(command), env=env,
+                log=args.work / "first-light.log")  # fmt: skip
+    record["first_light_s"] = round(time.monotonic() - start, 1)
+    record["first_light_rc"] = call.returncode
+    try:
+        state = json.loads((out / "first-light.json").read_text())
+        record["entries"] = {e["name"]: e["status"] for e in state.get("entries") or []}
+        record["left_out"] = state.get("left_out") or {}
+    except (OSError, ValueError):
+        record["entries"] = {}
+    (args.work / "rehearsal.json").write_text(json.dumps(record, indent=2) + "\n")
+    if record["first_light_s"] > args.budget:
+        raise Failed(f"first light took {record['first_light_s']} s, over its {args.budget:g} s")
+    if call.returncode != 0:
+        raise Failed(f"first light exited {call.returncode}; see {out / 'first-light.md'}")
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        record = rehearse(args)
+    except Failed as err:
+        print(f"rehearsal: FAILED: {err}", file=sys.stderr)
+        return 1
+    print(f"rehearsal: PASSED: {len(record['entries'])} entries in "
+          f"{record['first_light_s']} s of a {args.budget:g} s budget, offline, on "
+          f"Python 3.12 without pip; wheelhouse {record['wheelhouse_mib']} MiB; "
+          f"record in {args.work / 'rehearsal.json'}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
