@@ -292,7 +292,12 @@ class SSHNodes:
         cpu_period: int = 100_000,
         without_rsync: bool = False,
         hide: tuple[str, ...] = (),
+        network: bool = True,
+        setenv: dict[str, str] | None = None,
     ) -> SSHNode:
+        """``network=False``: the sessions get none of this process's `NETWORK_VARIABLES`
+        (a node configured only by its files, as an SSH login without a profile is);
+        ``setenv``: variables every session of this node gets (sshd's ``SetEnv``)."""
         port = free_port(ip)
         cfg = self.tmp / f"sshd_{name}.conf"
         settings = [
@@ -312,7 +317,7 @@ class SSHNodes:
             "Subsystem sftp internal-sftp",
             "LogLevel ERROR",
         ]
-        setenv = network_settings()
+        setenv = {**(network_settings() if network else {}), **(setenv or {})}
         if without_rsync:
             setenv["PATH"] = path_without(self.tmp / f"path_{name}")
         if setenv:  # sshd takes the first SetEnv line only: every variable on it

@@ -121,8 +121,20 @@ def run(args: argparse.Namespace) -> int:
         if remote_nodes(suite.system):
             print(sync_phase(suite.system, suite.base, installed))
     if failed:
-        print(
-            f"milabench: error: install failed for group(s): {', '.join(failed)}", file=sys.stderr
-        )
+        print(f"milabench: error: {failure_line(results)}", file=sys.stderr)
         return 1
     return 0
+
+
+def failure_line(results, limit: int = 240) -> str:
+    """One line naming the failed groups, this host and each group's cause: the line a
+    fleet, a batch job or a person reading a node's output sees first."""
+    import socket
+
+    failed = [r for r in results if r.failed]
+    whys = []
+    for r in failed:
+        why = r.message if len(r.message) <= limit else r.message[: limit - 3] + "..."
+        whys.append(f"{r.group}: {why}")
+    names = ", ".join(r.group for r in failed)
+    return f"install failed for group(s): {names} on {socket.gethostname()} ({'; '.join(whys)})"

@@ -17,11 +17,36 @@ See docs/environments.md.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 MARKER_NAME = "milabench-install.json"
+FAILURE_SUFFIX = ".install-failed.json"
 
 
 def is_installed(venv: str | Path) -> bool:
     """True when ``venv`` holds the marker of a validated install (cheap: one stat)."""
     return (Path(venv) / MARKER_NAME).is_file()
+
+
+def failure_path(venv: Path) -> Path:
+    """``<base>/venv/<group>.install-failed.json``: why the last install of ``venv`` failed
+    (beside the environment, which may not exist: a folder there would not be one)."""
+    return venv.with_name(venv.name + FAILURE_SUFFIX)
+
+
+def read_failure(venv: Path) -> dict | None:
+    """The record of the last failed install of ``venv`` (None when there is none)."""
+    try:
+        data = json.loads(failure_path(venv).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def describe_failure(record: dict) -> str:
+    """``the last install on <host> failed (<step>: <why>)``, for run and preflight."""
+    return (
+        f"the last install on {record.get('host') or 'this host'} failed "
+        f"({record.get('message') or 'no reason recorded'})"
+    )

@@ -9,7 +9,10 @@ Two back-ends produce the same environment:
 * ``pip`` (fallback): ``python -m virtualenv --python <this interpreter>`` then the
   environment's own ``pip install``, which reads pip's configuration itself.
 
-The back-end is chosen with option ``install.backend`` (``uv`` | ``pip``).
+The back-end is chosen with option ``install.backend`` (``uv`` | ``pip``). When uv's
+install fails for a network reason (`milabench.envs.netcause`), `Backend.fallback_spec`
+is the same install by pip (`pip_command`, ``--python <venv>/bin/python``: a uv
+environment has no pip of its own), tried once (`milabench.envs.install`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from milabench.envs.groups import InstallGroup
 from milabench.envs.pipconf import PipSettings, read_pip_settings
-from milabench.errors import UsageError
+from milabench.errors import EnvironmentMissing, UsageError
 from milabench.plan.spec import ProcessSpec
 
 BACKENDS = ("uv", "pip")
@@ -44,6 +47,26 @@ for name in sys.argv[1:]:
 print("validation: " + json.dumps({"prefix": sys.prefix, "versions": versions}), flush=True)
 sys.exit(1 if failed else 0)
 """
+
+
+def pip_command() -> list[str]:
+    """A pip to run from this interpreter: virtualenv's bundled pip wheel (virtualenv is a
+    dependency of milabench, so it is always there, and recent: ``--python`` needs pip
+    22.3), else this interpreter's pip."""
+    try:
+        from virtualenv.seed.wheels.embed import BUNDLE_FOLDER, BUNDLE_SUPPORT
+
+        version = "{}.{}".format(*sys.version_info[:2])
+        name = BUNDLE_SUPPORT.get(version, {}).get("pip")
+        if name and (Path(BUNDLE_FOLDER) / name).is_file():
+            return [sys.executable, str(Path(BUNDLE_FOLDER) / name / "pip")]
+    except (ImportError, AttributeError):
+        pass
+    import importlib.util
+
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    raise EnvironmentMissing("no pip to run: install pip or virtualenv")
 
 
 def backend_name(system: dict) -> str:
@@ -118,6 +141,9 @@ class Backend:
     name: str
     system: dict
     pip: PipSettings | None = None
+    #: a uv install that fails for a network reason is tried once more with pip
+    #: (option ``install.pip_fallback``, default true; never from a wheelhouse)
+    pip_fallback: bool = True
 
     def __post_init__(self) -> None:
         if self.pip is None and self.name == "uv":
@@ -177,6 +203,27 @@ class Backend:
             return None
         env = self.pip.uv_env() if self.name == "uv" and self.pip is not None else {}
         return _spec(group, "install", self.install_argv(group.python, args), cwd, env=env)
+
+    def can_fall_back(self) -> bool:
+        """uv, with the fallback allowed (`pip_fallback` and ``install.pip_fallback``)."""
+        from milabench.config.options import get_option
+
+        if self.name != "uv" or not self.pip_fallback:
+            return False
+        value = get_option(self.system, "install.pip_fallback", True)
+        return str(value).strip().lower() not in ("0", "false", "no", "off")
+
+    def fallback_spec(
+        self, group: InstallGroup, cwd: Path, extra_constraints: Path | None
+    ) -> ProcessSpec | None:
+        """The install step by pip into the environment uv made (pip reads its own
+        configuration); ``--no-input``: a 401 must fail, not wait for a password."""
+        if not group.requirements and not group.needs_voir and not group.pip_args:
+            return None
+        args = requirement_args(group, extra_constraints, uv=False)
+        argv = [*pip_command(), "--python", str(group.python), "install", "--no-input",
+                "--progress-bar", "off", "--disable-pip-version-check", *args]  # fmt: skip
+        return _spec(group, "install (pip)", argv, cwd)
 
 
 def validate_spec(group: InstallGroup, cwd: Path) -> ProcessSpec:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from milabench.envs.backends import Backend, backend_name
+from milabench.envs.backends import Backend, backend_name, pip_command
 from milabench.envs.groups import InstallGroup
 from milabench.envs.install import GroupResult, LogFolder, install_all
 from milabench.envs.marker import input_hash, install_inputs, is_up_to_date
@@ -216,24 +216,6 @@ class Target:
 
 
 # -- making a wheelhouse ---------------------------------------------------------------
-
-
-def pip_command() -> list[str]:
-    """A pip to download and build with: virtualenv's bundled pip wheel (virtualenv is a
-    dependency of milabench, so it is always there), else this interpreter's pip."""
-    try:
-        from virtualenv.seed.wheels.embed import BUNDLE_FOLDER, BUNDLE_SUPPORT
-
-        name = BUNDLE_SUPPORT.get(this_python(), {}).get("pip")
-        if name and (Path(BUNDLE_FOLDER) / name).is_file():
-            return [sys.executable, str(Path(BUNDLE_FOLDER) / name / "pip")]
-    except (ImportError, AttributeError):
-        pass
-    import importlib.util
-
-    if importlib.util.find_spec("pip") is not None:
-        return [sys.executable, "-m", "pip"]
-    raise EnvironmentMissing("no pip to download wheels with: install pip or virtualenv")
 
 
 def milabench_requirements() -> list[str]:
@@ -644,6 +626,7 @@ class OfflineBackend(Backend):
     def __post_init__(self) -> None:
         assert self.wheelhouse is not None
         self.pip = PipSettings(no_index=True, find_links=[str(self.wheelhouse.wheels)])
+        self.pip_fallback = False  # no network to blame: the wheelhouse is the only source
 
     def install_spec(
         self, group: InstallGroup, cwd: Path, extra_constraints: Path | None

@@ -8,6 +8,14 @@ and only then write the marker. A failing group is reported with the line that e
 it and the other groups are still installed; the caller exits non-zero if any group
 failed.
 
+When uv's install fails for a network reason (`milabench.envs.netcause`: TLS, an HTTP
+status, a proxy, a refused or unroutable connection), the same install is tried once
+with pip, which says so on one line; the failure's explanation then names uv's cause
+and pip's. A failure is also written beside the environment
+(``<base>/venv/<group>.install-failed.json``: the host, the step, the explanation) so
+that `milabench run` and `preflight`, which find the environment unfinished, can say
+why without anyone opening the install logs; a successful install removes it.
+
 With ``--use-current-env`` no environment is created: the active interpreter is only
 checked (key imports), unless ``into_current_env`` asks to install the requirements into
 it explicitly.
@@ -15,15 +23,18 @@ it explicitly.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from milabench.envs import failure_path
 from milabench.envs.backends import Backend, validate_spec
 from milabench.envs.constraints import write_entry_constraints
 from milabench.envs.groups import InstallGroup
@@ -56,6 +67,7 @@ class GroupResult:
     message: str = ""
     venv: str = ""
     notes: list[str] = field(default_factory=list)
+    cause: str = ""  # the network cause of a failed install step, when there is one
 
     @property
     def failed(self) -> bool:
@@ -153,10 +165,38 @@ class Trash:
 _DISAGREE = re.compile(r"you require (\S+?)==\S+ and \1==")
 
 
+def _record_failure(group: InstallGroup, result: GroupResult, logs: Path) -> None:
+    if group.use_current_env:
+        return
+    record = {
+        "group": group.name,
+        "host": socket.gethostname(),
+        "message": result.message,
+        "cause": result.cause,
+        "time": time.time(),
+        "logs": str(logs),
+    }
+    path = failure_path(group.venv)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the summary still says it; the record is a convenience for later commands
+
+
+def _clear_failure(group: InstallGroup) -> None:
+    if not group.use_current_env:
+        failure_path(group.venv).unlink(missing_ok=True)
+
+
 def _fail(group: InstallGroup, start: float, step: str, result: StepResult) -> GroupResult:
-    message = f"{step}: {result.error}"
+    why = result.explanation() if step == "install" else result.error
+    message = f"{step}: {why}"
     if len(group.requirements) > 1 and _DISAGREE.search(result.error):
         message += " (hint: the group's files disagree; 'milabench pin' compiles them together)"
+    cause = result.first.cause if result.first is not None else result.cause
     return GroupResult(
         group.name,
         group.benchmarks,
@@ -165,20 +205,34 @@ def _fail(group: InstallGroup, start: float, step: str, result: StepResult) -> G
         message,
         str(group.venv),
         group.notes,
+        cause=str(cause.label) if cause is not None and step == "install" else "",
     )
 
 
 def _install_requirements(
-    group: InstallGroup, backend: Backend, logs: LogFolder, echo: bool
+    group: InstallGroup, backend: Backend, logs: LogFolder, echo: bool, say=print
 ) -> StepResult | None:
-    """The pip/uv install step (None when the group has nothing to install)."""
+    """The pip/uv install step (None when the group has nothing to install).
+
+    A uv failure with a network cause is tried once more with pip (module docstring);
+    the result is then pip's, with uv's attempt as its ``first``.
+    """
     extra = write_entry_constraints(
         group.constraint_lines, logs.path / f"{group.name}.constraints.txt"
     )
     spec = backend.install_spec(group, logs.path, extra)
     if spec is None:
         return None
-    return run_step(spec, logs.sinks(), echo=echo)
+    result = run_step(spec, logs.sinks(), echo=echo)
+    if result.ok or result.cause is None or not backend.can_fall_back():
+        return result
+    fallback = backend.fallback_spec(group, logs.path, extra)
+    if fallback is None:
+        return result
+    say(f"[{group.name}] uv: {result.cause}; trying pip once")
+    second = run_step(fallback, logs.sinks(), echo=echo)
+    second.first = result
+    return second
 
 
 def install_group(
@@ -223,19 +277,30 @@ def install_group(
         group.venv.parent.mkdir(parents=True, exist_ok=True)
         result = run_step(backend.create_spec(group, logs.path), logs.sinks(), echo=echo)
         if not result.ok:
-            return _fail(group, start, "create", result)
-    result = _install_requirements(group, backend, logs, echo)
+            return _failed(group, _fail(group, start, "create", result), logs)
+    result = _install_requirements(group, backend, logs, echo, say)
     if result is not None and not result.ok:
-        return _fail(group, start, "install", result)
+        return _failed(group, _fail(group, start, "install", result), logs)
     install_helpers(group.venv)
-    result = run_step(validate_spec(group, logs.path), logs.sinks(), echo=echo)
-    if not result.ok:
-        return _fail(group, start, "validate", result)
+    notes = list(group.notes)
+    used = backend.name
+    if result is not None and result.first is not None:
+        used = "pip"
+        notes.append(f"{group.name}: uv failed ({result.first.cause}); installed with pip")
+    validated = run_step(validate_spec(group, logs.path), logs.sinks(), echo=echo)
+    if not validated.ok:
+        return _failed(group, _fail(group, start, "validate", validated), logs)
     seconds = time.perf_counter() - start
-    write_marker(group, digest, inputs, backend.name, seconds)
+    write_marker(group, digest, inputs, used, seconds)
+    _clear_failure(group)
     return GroupResult(
-        group.name, group.benchmarks, INSTALLED, seconds, venv=str(group.venv), notes=group.notes
+        group.name, group.benchmarks, INSTALLED, seconds, venv=str(group.venv), notes=notes
     )
+
+
+def _failed(group: InstallGroup, result: GroupResult, logs: LogFolder) -> GroupResult:
+    _record_failure(group, result, logs.path)
+    return result
 
 
 def check_current_env(
@@ -252,7 +317,7 @@ def check_current_env(
     status = CHECKED
     if into_current_env:
         say(f"[{group.name}] installing into the current environment {sys.prefix}")
-        result = _install_requirements(group, backend, logs, echo)
+        result = _install_requirements(group, backend, logs, echo, say)
         if result is not None and not result.ok:
             return _fail(group, start, "install", result)
         status = INSTALLED

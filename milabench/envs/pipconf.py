@@ -1,14 +1,31 @@
-"""The user's pip package sources, read the way pip reads them, to hand over to uv.
+"""The user's pip network settings, read the way pip reads them, to hand over to uv.
 
 uv ignores pip's configuration. Without forwarding, the uv fast path would see other
 packages than the pip fallback (on a machine whose CPU torch wheel is only reachable
-through a pip ``find-links`` folder, it would not find it at all). We read the same
-files and variables pip does, in pip's order (later overrides earlier; a variable beats
-every file; an ``[install]`` section beats ``[global]``), and turn the result into uv's
-``--index-url`` / ``--extra-index-url`` / ``--find-links`` / ``--no-index`` options.
+through a pip ``find-links`` folder, it would not find it at all), and would fail where
+pip works (a ``cert`` naming the certificate authority of a TLS-inspecting proxy). We read
+the same files and variables pip does, in pip's order (later overrides earlier; a
+variable beats every file; an ``[install]`` section beats ``[global]``), and turn the
+result into what uv reads for the same thing:
 
-Parsing the files ourselves (instead of running ``pip config list``) keeps an up-to-date
-check free of subprocesses.
+* ``index-url``, ``extra-index-url``: ``--index-url``, ``--extra-index-url``
+  (``UV_INDEX_URL``, ``UV_EXTRA_INDEX_URL`` when a URL holds credentials);
+* ``find-links``, ``no-index``: ``--find-links``, ``--no-index``;
+* ``trusted-host``: ``--allow-insecure-host``;
+* ``cert`` (``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` before it, as pip's requests
+  session does): ``SSL_CERT_FILE``;
+* ``client-cert``: ``SSL_CLIENT_CERT``;
+* ``proxy``: ``HTTPS_PROXY`` and ``HTTP_PROXY`` (both spellings);
+* ``timeout``, ``retries``: ``UV_HTTP_TIMEOUT``, ``UV_HTTP_RETRIES``;
+* the system trust store pip uses: ``UV_SYSTEM_CERTS=1`` (``UV_NATIVE_TLS=1`` before
+  uv 0.11).
+
+Variables uv reads itself (``HTTPS_PROXY``, ``NO_PROXY``, ``SSL_CERT_FILE``,
+``SSL_CERT_DIR``...) reach it unchanged; a ``UV_*`` variable the user set wins over its
+translation. Parsing the files ourselves (instead of running ``pip config list``) keeps
+an up-to-date check free of subprocesses. Everything is read where the install runs: on
+a node, by the node's own ``milabench install``, from the node's files and login
+environment.
 """
 
 from __future__ import annotations
@@ -21,7 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-_KEYS = ("index-url", "extra-index-url", "find-links", "no-index")
+_SOURCE_KEYS = ("index-url", "extra-index-url", "find-links", "no-index")
+_NETWORK_KEYS = ("cert", "client-cert", "trusted-host", "proxy", "timeout", "retries")
+_KEYS = _SOURCE_KEYS + _NETWORK_KEYS
+# pip's option aliases, as its configuration files and PIP_* variables may spell them
+_ALIASES = {"default-timeout": "timeout"}
+# What pip's requests session trusts before its own ``cert`` (requests reads them per
+# request and lets them win over the session's ``verify``: seen with pip 23.2 and 26.3).
+CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
 
 @dataclass
@@ -33,6 +57,13 @@ class PipSettings:
     find_links: list[str] = field(default_factory=list)
     no_index: bool = False
     sources: list[str] = field(default_factory=list)
+    cert: str | None = None  # the CA bundle pip verifies servers with
+    client_cert: str | None = None  # PEM holding the client's certificate and key
+    trusted_hosts: list[str] = field(default_factory=list)
+    proxy: str | None = None
+    timeout: str | None = None
+    retries: str | None = None
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def has_credentials(self) -> bool:
@@ -55,6 +86,8 @@ class PipSettings:
                 args += ["--extra-index-url", url]
         for link in self.find_links:
             args += ["--find-links", link]
+        for host in self.trusted_hosts:
+            args += ["--allow-insecure-host", host]
         return args
 
     def source_count(self, extra_args: list[str] | tuple[str, ...] = ()) -> int:
@@ -86,20 +119,68 @@ class PipSettings:
             return ["--index-strategy", "unsafe-best-match"]
         return []
 
-    def uv_env(self) -> dict[str, str]:
-        """Index URLs with credentials, as uv's variables rather than command-line items.
+    @property
+    def ca_bundle(self) -> str | None:
+        """The CA bundle pip verifies servers with, where one is named (see module)."""
+        for name in CA_BUNDLE_VARIABLES:
+            if self.environ.get(name):
+                return self.environ[name]
+        return self.cert
 
-        Command lines are written to the install logs (``start`` events); environments are
-        not, so a token in a URL never reaches a file.
+    def uv_env(self, uv_version: tuple[int, ...] | None = None) -> dict[str, str]:
+        """The variables of a uv process that make it fetch as pip would (module table).
+
+        Index URLs with credentials are passed here rather than on the command line:
+        command lines are written to the install logs (``start`` events); environments
+        are not, so a token in a URL never reaches a file (nor does a proxy's password).
+        ``uv_version``: the installed uv's (`installed_uv_version` by default), which
+        decides the name of the system-certificates switch.
         """
-        if not self.has_credentials:
-            return {}
         env: dict[str, str] = {}
-        if self.index_url:
-            env["UV_INDEX_URL"] = self.index_url
-        if self.extra_index_urls:
-            env["UV_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+        if self.has_credentials:
+            if self.index_url:
+                env["UV_INDEX_URL"] = self.index_url
+            if self.extra_index_urls:
+                env["UV_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+        bundle = self.ca_bundle
+        if bundle:
+            env["SSL_CERT_FILE"] = bundle
+        if self.client_cert:
+            env["SSL_CLIENT_CERT"] = self.client_cert
+        if self.proxy:
+            url = self.proxy if "://" in self.proxy else f"http://{self.proxy}"
+            for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+                env[name] = url
+        own = {k for k in self.environ if k.startswith("UV_")}
+        if self.timeout and "UV_HTTP_TIMEOUT" not in own:
+            env["UV_HTTP_TIMEOUT"] = str(max(1, round(float(self.timeout))))
+        if self.retries and "UV_HTTP_RETRIES" not in own:
+            env["UV_HTTP_RETRIES"] = str(int(float(self.retries)))
+        if not own & {"UV_SYSTEM_CERTS", "UV_NATIVE_TLS"}:
+            version = installed_uv_version() if uv_version is None else uv_version
+            env["UV_SYSTEM_CERTS" if version >= (0, 11) else "UV_NATIVE_TLS"] = "1"
         return env
+
+
+def installed_uv_version() -> tuple[int, ...]:
+    """The version of the ``uv`` package this interpreter runs (``()`` if unknown).
+
+    uv 0.11 renamed ``UV_NATIVE_TLS`` to ``UV_SYSTEM_CERTS`` (the old name warns since);
+    the package metadata tells which one to use without starting uv.
+    """
+    from importlib import metadata
+
+    try:
+        text = metadata.version("uv")
+    except metadata.PackageNotFoundError:
+        return ()
+    parts = []
+    for word in text.split(".")[:3]:
+        digits = "".join(c for c in word if c.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
 
 
 def config_files(environ: Mapping[str, str] | None = None) -> list[Path]:
@@ -148,29 +229,50 @@ def _read_file(path: Path) -> dict[str, str]:
             continue
         for key, value in parser.items(section):
             key = key.replace("_", "-")
+            key = _ALIASES.get(key, key)
             if key in _KEYS:
                 found[key] = value
     return found
+
+
+def _variable(env: Mapping[str, str], key: str) -> tuple[str, str] | None:
+    """``(name, value)`` of ``PIP_<KEY>`` (or of an alias's variable, such as
+    ``PIP_DEFAULT_TIMEOUT``) when set."""
+    names = [key] + [alias for alias, target in _ALIASES.items() if target == key]
+    for name in names:
+        var = "PIP_" + name.upper().replace("-", "_")
+        if env.get(var) not in (None, ""):
+            return var, env[var]
+    return None
 
 
 def read_pip_settings(environ: Mapping[str, str] | None = None) -> PipSettings:
     """Merge pip's files and ``PIP_*`` variables into one `PipSettings`."""
     env = os.environ if environ is None else environ
     merged: dict[str, str] = {}
-    settings = PipSettings()
+    settings = PipSettings(environ=dict(env))
     for path in config_files(env):
         values = _read_file(path) if path.is_file() else {}
         if values:
             merged.update(values)
             settings.sources.append(str(path))
     for key in _KEYS:
-        var = "PIP_" + key.upper().replace("-", "_")
-        if env.get(var) not in (None, ""):
-            merged[key] = env[var]
-            settings.sources.append(var)
+        found = _variable(env, key)
+        if found is not None:
+            merged[key] = found[1]
+            settings.sources.append(found[0])
     if merged.get("index-url"):
         settings.index_url = merged["index-url"].strip()
     settings.extra_index_urls = _split(merged.get("extra-index-url", ""))
     settings.find_links = _split(merged.get("find-links", ""))
     settings.no_index = _truthy(merged.get("no-index", ""))
+    settings.trusted_hosts = _split(merged.get("trusted-host", ""))
+    for key in ("cert", "client-cert", "proxy", "timeout", "retries"):
+        value = merged.get(key, "").strip()
+        setattr(settings, key.replace("-", "_"), value or None)
+    for name in ("timeout", "retries"):
+        try:
+            float(getattr(settings, name) or 0)
+        except ValueError:
+            setattr(settings, name, None)  # pip itself refuses it; uv keeps its default
     return settings

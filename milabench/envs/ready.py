@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from milabench.config.entry import Entry
-from milabench.envs import driver, is_installed
+from milabench.envs import describe_failure, driver, is_installed, read_failure
 from milabench.envs.helperlib import refresh_helpers, site_packages
 from milabench.errors import EnvironmentMissing
 
@@ -18,18 +18,21 @@ from milabench.errors import EnvironmentMissing
 def ensure_ready(entry: Entry) -> None:
     """The benchmark's venv exists and finished installing, unless it runs in the
     current environment; its copies of benchkit and benchshared are refreshed.
-    `EnvironmentMissing` otherwise, with the command that fixes it."""
+    `EnvironmentMissing` otherwise, with why the last install failed (its record beside
+    the environment: host, step, cause) and the command that fixes it."""
     if entry.use_current_env:
         return
     venv = entry.venv
+    failed = read_failure(venv)
+    why = f": {describe_failure(failed)}" if failed else ""
     if not (venv / "bin" / "python").exists():
         raise EnvironmentMissing(
-            f"{entry.name}: environment {venv} is missing; "
+            f"{entry.name}: environment {venv} is missing{why}; "
             f"run 'milabench install --select {entry.name}' first"
         )
     if not is_installed(venv):
         raise EnvironmentMissing(
-            f"{entry.name}: environment {venv} did not finish installing; "
+            f"{entry.name}: environment {venv} did not finish installing{why}; "
             f"run 'milabench install --select {entry.name}' again"
         )
     refresh_copies(venv)

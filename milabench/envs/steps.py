@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from milabench.envs.netcause import NetworkCause, classify
 from milabench.plan.spec import ProcessSpec
 
 
@@ -49,6 +50,22 @@ class StepResult:
     error: str = ""
     lines: list[str] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
+    #: the network cause of a failure, when the output shows one (`netcause.classify`)
+    cause: NetworkCause | None = None
+    #: the uv attempt this step replaced (a pip fallback's result only)
+    first: StepResult | None = None
+
+    def explanation(self) -> str:
+        """The one line that says why the step failed: its network cause when it has one
+        (after a fallback: uv's cause, and pip's when it differs), else its error line."""
+        if self.first is not None:
+            uv = self.first.cause
+            if self.cause is not None and uv is not None and self.cause.label == uv.label:
+                return f"{uv} (uv, then pip)"
+            if self.cause is None:  # pip's own words would hide uv's cause
+                return f"{uv or self.first.error} (uv; pip failed too)"
+            return f"{uv or self.first.error} (uv); pip: {self.cause}"
+        return str(self.cause) if self.cause is not None else self.error
 
 
 def error_line(lines: list[str], limit: int = 400) -> str:
@@ -88,10 +105,12 @@ def run_step(spec: ProcessSpec, sinks: list, *, echo: bool = False) -> StepResul
     ok = code == 0
     lines = collector.text()
     error = ""
+    cause = None
     if not ok:
         error = error_line(collector.text("stderr")) or error_line(lines)
         if not error:
             error = f"{spec.argv[0]} exited with {code}"
+        cause = classify(lines)
     return StepResult(
         ok=ok,
         return_code=code,
@@ -99,4 +118,5 @@ def run_step(spec: ProcessSpec, sinks: list, *, echo: bool = False) -> StepResul
         error=error,
         lines=lines,
         stdout=collector.text("stdout"),
+        cause=cause,
     )

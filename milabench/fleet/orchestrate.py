@@ -5,6 +5,10 @@ and some of the main node's CPU for the copies):
 
 1. **reach**: open the SSH connection (or nothing, for a node that is this machine) and
    check that the node's Python starts; a failure is ``unreachable`` with the reason;
+   then, still before anything is copied, `milabench doctor`'s checks and (when the node
+   will install) its package sources as its own pip configuration names them
+   (`milabench.monitor.sources`: one line per node; reaching none of them is
+   ``install-failed`` with the cause, ``TLS: unknown issuer at URL``...);
 2. **code**: copy the tool, the suite and the selected benchmark folders to the node
    (`milabench.remote.codesync.push_each`: nothing for a local node or a shared base);
 3. **install**, then **prepare**: the node's own ``milabench install|prepare`` in its own
@@ -355,7 +359,38 @@ class Fleet:
             )
             return False
         job.prefix = (out.splitlines() or [""])[0].strip() or None
-        return await self.doctor(job)
+        return await self.doctor(job) and await self.sources(job)
+
+    async def sources(self, job: _Job) -> bool:
+        """Can the node reach its package sources, as its own pip configuration names them
+        (`milabench.monitor.sources`, before anything is copied)? One line per node; a
+        node that reaches none of them cannot install and is finished (``install-failed``,
+        with the cause); one that reaches some goes on with the line as a warning. Only
+        when the node installs (the install phase, not ``--use-current-env``)."""
+        from milabench.monitor import sources
+
+        if "install" not in self.options.phases or self.options.use_current_env:
+            return True
+        try:
+            code, out, err = await job.runner.short(sources.probe_argv(job.python))
+        except (NodeError, OSError, TimeoutError) as exc:
+            job.record.extra["sources_error"] = _reason_of(exc, "no answer")
+            return True
+        found = sources.parse(out)
+        if found is None:
+            why = short_reason(err.splitlines() or out.splitlines())
+            job.record.extra["sources_error"] = f"the check printed no result (exit {code}: {why})"
+            self.save()
+            return True
+        job.record.extra["sources"] = found
+        self.save()
+        line = sources.summary_line(found)
+        bad = sources.failures(found)
+        if bad and len(bad) == len(found.get("sources", [])):
+            self.finish(job, "install-failed", f"package sources: {line}")
+            return False
+        self.say(f"{job.name}: package sources: {line}")
+        return True
 
     async def doctor(self, job: _Job) -> bool:
         """`milabench doctor`'s checks on the node, by its own Python, before anything is

@@ -12,9 +12,13 @@ the main node's: Python, milabench version, commit and code hash, and for each i
 group the torch version and the hash of the package list. Each differing node is one
 ``FAIL node <name>: differs from <main>: <what> <its value> vs <main's value>`` line.
 
-Each node also runs `milabench doctor`'s checks with its own Python, before anything is
-copied (`milabench.monitor.health.probe_argv`): a failure there (a capped or erroring GPU,
-a full disk) fails the preflight unless ``ignore_doctor``; warnings are listed per node.
+Each node also checks its package sources, as its own pip configuration names them
+(`milabench.monitor.sources`: one ``sources <node>:`` line each, ``ok: URL...`` or the
+cause, ``TLS: unknown issuer at URL``; not a failure here: a multi-node run's workers
+install nothing, the main node installs and copies), and runs `milabench doctor`'s checks
+with its own Python, before anything is copied (`milabench.monitor.health.probe_argv`):
+a failure there (a capped or erroring GPU, a full disk) fails the preflight unless
+``ignore_doctor``; warnings are listed per node.
 Whether that Python can import milabench's dependencies is reported as a warning: a
 multi-node run's workers run only benchmark environments, but `milabench fleet` and
 jobs that run milabench on the node need them.
@@ -36,6 +40,7 @@ from milabench.config.topology import main_node, node_label, runs_locally
 from milabench.errors import NodeError
 from milabench.monitor import health
 from milabench.monitor.machine import accelerator_arch, accelerator_count
+from milabench.monitor.sources import summary_line as sources_summary
 from milabench.plan.spec import ProcessSpec
 from milabench.remote.codesync import CodeLayout, push_and_check
 from milabench.remote.dispatch import NodeLauncher
@@ -58,6 +63,8 @@ class NodeFacts:
     code: str | None = None  # how the node gets the code: local, shared, rsync, sftp
     doctor: list[health.Finding] = field(default_factory=list)  # `milabench doctor` there
     doctor_error: str | None = None  # the checks could not run (why)
+    sources: dict | None = None  # its package sources checked there (monitor.sources)
+    sources_error: str | None = None  # that check could not run (why)
 
     @property
     def ok(self) -> bool:
@@ -135,10 +142,20 @@ async def probe_node(
     facts.facts = parsed
     missing = [e for e, present in (parsed.get("envs") or {}).items() if not present]
     if missing:
-        facts.error = f"node {node_label(node)}: environment missing: {', '.join(missing)}"
+        failures = parsed.get("env_failures") or {}
+        named = ", ".join(e + _failed_install(failures.get(e)) for e in missing)
+        facts.error = f"node {node_label(node)}: environment missing: {named}"
     elif facts.main and not parsed.get("port_free"):
         facts.error = f"node {node_label(node)}: rendezvous port {port} is in use"
     return facts
+
+
+def _failed_install(record) -> str:
+    """`` (the last install on <host> failed (<step>: <why>))`` from the node's record."""
+    if not isinstance(record, dict):
+        return ""
+    host = record.get("host") or "the node"
+    return f" (the last install on {host} failed ({record.get('message') or 'no reason'}))"
 
 
 def _allreduce_specs(
@@ -329,6 +346,30 @@ async def doctor_node(
     facts.doctor = found
 
 
+async def sources_node(
+    node: dict, system: dict, pool: ConnectionPool, facts: NodeFacts, *, python: str
+) -> None:
+    """The node's package sources, as its own pip configuration names them, checked there
+    (`milabench.monitor.sources`): into ``facts.sources`` (``facts.sources_error``)."""
+    from milabench.monitor import sources
+
+    argv = sources.probe_argv(python)
+    try:
+        if runs_locally(node, system):
+            code, out, err = await run_here(argv, 60.0)
+        else:
+            result = await pool.run(node, argv, timeout=60.0)
+            code = result.exit_status or 0
+            out, err = str(result.stdout or ""), str(result.stderr or "")
+    except (NodeError, OSError, TimeoutError) as exc:
+        facts.sources_error = str(exc) or type(exc).__name__
+        return
+    facts.sources = sources.parse(out)
+    if facts.sources is None:
+        tail = " | ".join(x for x in err.strip().splitlines()[-2:] if x.strip())
+        facts.sources_error = f"{python}: the check printed no result (exit {code}): {tail[-200:]}"
+
+
 def _here(path: str, node: dict, base: str | None, main: dict) -> str:
     """``path`` (a main-node path) as seen on ``node``: under its own base."""
     if base is None or node.get("name") == main.get("name"):
@@ -378,6 +419,19 @@ async def preflight(
         facts = await _probe_all(system, nodes, pool, python=pythons, envs=node_envs, port=port)
         result = PreflightResult(facts)
         result.failures = [f.error for f in facts if f.error]
+        if not result.failures:
+            await asyncio.gather(
+                *(
+                    sources_node(
+                        n,
+                        system,
+                        pool,
+                        f,
+                        python=(node_python or {}).get(str(n["name"]), "python3"),
+                    )
+                    for n, f in zip(nodes, facts, strict=True)
+                )
+            )
         if doctor and not result.failures:
             await asyncio.gather(
                 *(
@@ -523,6 +577,10 @@ def render(result: PreflightResult) -> str:
         lines += [f"  {x.severity}: {x.subject} {x.check}: {x.reason}" for x in problems]
         if f.doctor_error:
             lines.append(f"doctor {f.name}: not checked: {f.doctor_error}")
+    for f in result.nodes:
+        if f.sources is not None or f.sources_error:
+            line = sources_summary(f.sources) if f.sources is not None else None
+            lines.append(f"sources {f.name}: {line or 'not checked: ' + str(f.sources_error)}")
     for failure in result.failures:
         lines.append(f"FAIL {failure}")
     return "\n".join(lines)

@@ -5,8 +5,10 @@ only the benchmark environment's interpreter.
 
 * `NODE_PROBE`: prints one JSON line: the node's `milabench.monitor.machine` facts
   (Python, CPU, memory, OS, accelerators), its torch version (or why torch does not
-  import), whether each environment folder given as argument has its interpreter, and
-  whether the rendezvous port can be bound. `node_probe_argv` sends it with the modules
+  import), whether each environment folder given as argument has its interpreter (and
+  the node's record of its last failed install, ``<env>.install-failed.json``, written by
+  `milabench.envs.install`: host, step, cause), and whether the rendezvous port can be
+  bound. `node_probe_argv` sends it with the modules
   it imports.
 * `ALLREDUCE`: run by torchrun on every node; rank 0 prints one JSON line with the
   measured all-reduce latency (small tensor) and bandwidth (large tensor).
@@ -21,6 +23,8 @@ from milabench.monitor.inline import inline_program
 from milabench.monitor.machine import SHIPPED_MODULES
 
 RESULT_PREFIX = "@milabench-preflight "
+# `milabench.envs.FAILURE_SUFFIX` (remote may not import envs; a test checks they agree)
+FAILURE_SUFFIX = ".install-failed.json"
 
 
 def prefixed_json(stdout: str, prefix: str) -> dict | None:
@@ -44,6 +48,13 @@ try:
 except Exception as err:
     out["torch_error"] = f"{type(err).__name__}: {err}"
 out["envs"] = {e: os.access(os.path.join(e, "bin", "python"), os.X_OK) for e in envs}
+out["env_failures"] = {}
+for e in envs:
+    try:
+        with open(e.rstrip("/") + FAILURE_SUFFIX) as f:
+            out["env_failures"][e] = json.load(f)
+    except (OSError, ValueError):
+        pass
 s = socket.socket()
 try:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -61,7 +72,8 @@ def node_probe_argv(python: str, port: int, envs: Sequence[str]) -> list[str]:
     """The command that prints the node's ``@milabench-preflight {json}`` line: `NODE_PROBE`
     with the machine-facts modules it imports (`milabench.monitor.machine.SHIPPED_MODULES`),
     run by ``python``."""
-    program = inline_program(NODE_PROBE, SHIPPED_MODULES, filename="<milabench-preflight>")
+    main = f"FAILURE_SUFFIX = {FAILURE_SUFFIX!r}\n" + NODE_PROBE
+    program = inline_program(main, SHIPPED_MODULES, filename="<milabench-preflight>")
     return [python, "-c", program, str(port), *envs]
 
 

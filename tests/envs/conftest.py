@@ -11,50 +11,18 @@ processes.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
+from netindex import build_wheel
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return "sha256=" + digest.decode()
-
-
-def build_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
-    """``<folder>/<name>-<version>-py3-none-any.whl`` holding module ``name``."""
-    module = name.replace("-", "_")
-    dist = f"{module}-{version}.dist-info"
-    files = {
-        f"{module}/__init__.py": f'__version__ = "{version}"\n'.encode(),
-        f"{dist}/METADATA": (
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-            + "".join(f"Requires-Dist: {r}\n" for r in requires)
-        ).encode(),
-        f"{dist}/WHEEL": (
-            b"Wheel-Version: 1.0\nGenerator: milabench-tests\nRoot-Is-Purelib: true\n"
-            b"Tag: py3-none-any\n"
-        ),
-    }
-    record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items())
-    files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{module}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for inner, data in files.items():
-            zf.writestr(inner, data)
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -86,6 +86,11 @@ def test_agrees_with_pip_config_list_on_this_machine():
         assert ours.extra_index_urls == listed["extra-index-url"].split()
     if "index-url" in listed:
         assert ours.index_url == listed["index-url"]
+    for key in ("cert", "client-cert", "proxy"):
+        if key in listed:
+            assert getattr(ours, key.replace("-", "_")) == listed[key]
+    if "trusted-host" in listed:
+        assert ours.trusted_hosts == listed["trusted-host"].split()
 
 
 def test_index_credentials_stay_out_of_command_lines(tmp_path):
@@ -100,14 +105,15 @@ def test_index_credentials_stay_out_of_command_lines(tmp_path):
     assert settings.has_credentials
     assert "s3cret" not in " ".join(settings.uv_args())
     assert settings.uv_args() == ["--find-links", "/w"]
-    assert settings.uv_env() == {
+    assert settings.uv_env((0, 13)) == {
         "UV_INDEX_URL": "https://user:s3cret@pypi.example/simple",
         "UV_EXTRA_INDEX_URL": "https://other.example/simple",
+        "UV_SYSTEM_CERTS": "1",
     }
     plain = read_pip_settings(
         environ(tmp_path, PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="https://pypi.example/simple")
     )
-    assert plain.uv_env() == {} and plain.uv_args() == [
+    assert plain.uv_env((0, 13)) == {"UV_SYSTEM_CERTS": "1"} and plain.uv_args() == [
         "--index-url",
         "https://pypi.example/simple",
     ]
@@ -141,3 +147,69 @@ def test_compile_argv_has_index_strategy_only_when_needed(tmp_path):
         ["r.in"], tmp_path / "o", [], [], PipSettings(find_links=["/w"]), "cpu", None
     )
     assert many[many.index("--index-strategy") + 1] == "unsafe-best-match"
+
+
+def test_network_settings_become_uvs_in_pips_order(tmp_path):
+    """cert, client-cert, trusted-host, proxy, timeout and retries, from files and PIP_*."""
+    write(
+        tmp_path / "etcxdg" / "pip" / "pip.conf",
+        "[global]\nproxy = proxy.corp:3128\ntimeout = 60\n",
+    )
+    write(  # the user's file comes after /etc/pip.conf, whatever this machine's says
+        tmp_path / "xdg" / "pip" / "pip.conf",
+        "[global]\ncert = /etc/corp-ca.pem\ntrusted-host = mirror.corp\n  other.corp:8443\n"
+        "[install]\nclient_cert = /home/me/client.pem\n",
+    )
+    env = environ(tmp_path, PIP_DEFAULT_TIMEOUT="7.5", PIP_RETRIES="2")
+    settings = read_pip_settings(env)
+    assert settings.cert == "/etc/corp-ca.pem" and settings.timeout == "7.5"
+    assert settings.uv_args() == [
+        "--allow-insecure-host", "mirror.corp", "--allow-insecure-host", "other.corp:8443",
+    ]  # fmt: skip
+    assert settings.uv_env((0, 13)) == {
+        "SSL_CERT_FILE": "/etc/corp-ca.pem",
+        "SSL_CLIENT_CERT": "/home/me/client.pem",
+        "HTTPS_PROXY": "http://proxy.corp:3128",
+        "https_proxy": "http://proxy.corp:3128",
+        "HTTP_PROXY": "http://proxy.corp:3128",
+        "http_proxy": "http://proxy.corp:3128",
+        "UV_HTTP_TIMEOUT": "8",
+        "UV_HTTP_RETRIES": "2",
+        "UV_SYSTEM_CERTS": "1",
+    }
+    assert "PIP_DEFAULT_TIMEOUT" in settings.sources
+
+
+def test_ca_bundle_variables_win_over_cert_as_for_pip(tmp_path):
+    """pip's requests session lets REQUESTS_CA_BUNDLE (then CURL_CA_BUNDLE) win over its
+    ``cert``; SSL_CERT_FILE alone is left for uv to read itself."""
+    conf = write(tmp_path / "pip.conf", "[global]\ncert = /from/pip.pem\n")
+    base = environ(tmp_path, PIP_CONFIG_FILE=str(conf))
+    assert read_pip_settings(base).uv_env((0, 13))["SSL_CERT_FILE"] == "/from/pip.pem"
+    curl = read_pip_settings({**base, "CURL_CA_BUNDLE": "/curl.pem"})
+    assert curl.uv_env((0, 13))["SSL_CERT_FILE"] == "/curl.pem"
+    both = read_pip_settings(
+        {**base, "CURL_CA_BUNDLE": "/curl.pem", "REQUESTS_CA_BUNDLE": "/r.pem"}
+    )
+    assert both.uv_env((0, 13))["SSL_CERT_FILE"] == "/r.pem"
+    none = read_pip_settings(environ(tmp_path, PIP_CONFIG_FILE=os.devnull, SSL_CERT_FILE="/s"))
+    assert "SSL_CERT_FILE" not in none.uv_env((0, 13))
+
+
+def test_uv_variables_the_user_set_are_kept(tmp_path):
+    env = environ(
+        tmp_path, PIP_CONFIG_FILE=os.devnull, PIP_TIMEOUT="60", PIP_RETRIES="1",
+        UV_HTTP_TIMEOUT="300", UV_NATIVE_TLS="0",
+    )  # fmt: skip
+    assert read_pip_settings(env).uv_env((0, 13)) == {"UV_HTTP_RETRIES": "1"}
+    # before uv 0.11 the system-certificates switch had its old name
+    old = read_pip_settings(environ(tmp_path, PIP_CONFIG_FILE=os.devnull))
+    assert old.uv_env((0, 10, 4)) == {"UV_NATIVE_TLS": "1"}
+    assert old.uv_env((0, 11, 0)) == {"UV_SYSTEM_CERTS": "1"}
+
+
+def test_proxy_credentials_stay_out_of_command_lines(tmp_path):
+    env = environ(tmp_path, PIP_CONFIG_FILE=os.devnull, PIP_PROXY="http://me:pw@proxy:3128")
+    settings = read_pip_settings(env)
+    assert "pw" not in " ".join(settings.uv_args())
+    assert settings.uv_env((0, 13))["HTTPS_PROXY"] == "http://me:pw@proxy:3128"

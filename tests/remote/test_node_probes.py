@@ -108,6 +108,9 @@ def test_preflight_node_probe_reports_the_machine_facts(tmp_path):
     env_dir = tmp_path / "venv"
     (env_dir / "bin").mkdir(parents=True)
     (env_dir / "bin" / "python").symlink_to(sys.executable)
+    # the node's record of a failed install of the missing one (milabench.envs.install)
+    record = {"group": "no", "host": "node7", "message": "install: TLS: unknown issuer"}
+    (tmp_path / "no.install-failed.json").write_text(json.dumps(record))
     argv = node_probe_argv(sys.executable, _free_port(), [str(env_dir), str(tmp_path / "no")])
     argv.insert(1, "-I")
     done = _run(argv, _clean_env(MILABENCH_FAKE_GPUS="cuda:2:1000"))
@@ -115,13 +118,37 @@ def test_preflight_node_probe_reports_the_machine_facts(tmp_path):
     found = prefixed_json(done.stdout, RESULT_PREFIX)
     here = machine_facts()
     assert set(here) <= set(found)  # the one record, plus what preflight adds
-    assert set(found) - set(here) == {"torch", "envs", "port_free"}
+    assert set(found) - set(here) == {"torch", "envs", "env_failures", "port_free"}
     assert found["cpu"] == here["cpu"] and found["os"] == here["os"]
     assert found["python"] == here["python"] and found["memory"] == here["memory"]
     assert accelerator_arch(found) == "cuda" and accelerator_count(found) == 2
     assert found["accelerators"]["system"]["driver_version"] == "fake"
     assert found["envs"] == {str(env_dir): True, str(tmp_path / "no"): False}
+    assert found["env_failures"] == {str(tmp_path / "no"): record}
     assert found["port_free"] is True
+
+
+def test_preflight_names_why_a_missing_environment_is_missing(tmp_path):
+    """A node whose environment is missing because its install failed: preflight's line
+    says so with the node's own record (host, step, cause), read by the probe there."""
+    from milabench.envs import FAILURE_SUFFIX
+    from milabench.remote import probe
+    from milabench.remote.preflight import probe_node
+
+    assert probe.FAILURE_SUFFIX == FAILURE_SUFFIX  # the probe's copy of the file name
+    env = tmp_path / "venv" / "torch"
+    record = {"host": "node7", "message": "install: TLS: unknown issuer at https://idx/simple/x/"}
+    (tmp_path / "venv").mkdir()
+    (tmp_path / "venv" / f"torch{FAILURE_SUFFIX}").write_text(json.dumps(record))
+    node = {"name": "main", "ip": "127.0.0.1", "user": "me", "main": True, "local": True}
+    system = {"nodes": [node]}
+    found = asyncio.run(
+        probe_node(node, system, None, python=sys.executable, envs=[str(env)], port=_free_port())
+    )
+    assert found.error == (
+        f"node main (me@127.0.0.1:22): environment missing: {env} (the last install on node7 failed "
+        "(install: TLS: unknown issuer at https://idx/simple/x/))"
+    )
 
 
 def test_fleet_environment_from_the_same_record(tmp_path):
