@@ -7,7 +7,7 @@ the network is (``scripts/first_light_wheelhouse.py``)::
 
     python scripts/first_light.py OUT [--wheelhouse DIR] [--budget 540] [--entry-cap 150]
         [--config config/first-light.yaml] [--system FILE] [--select A,B] [--exclude A,B]
-        [--python PY] [--retry-failed]
+        [--python PY] [--retry-failed] [--archive FILE.tar.gz]
 
 The call returns within ``--budget`` seconds of wall clock, reports and teardown included,
 even when an entry hangs. Exit codes: 0 = every chosen entry ran and passed; 3 = time
@@ -91,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds at most for one entry, prepare and run (default 150)")  # fmt: skip
     parser.add_argument("--min-start", type=float, default=40.0,
                         help="start an entry only with this many seconds left (default 40)")  # fmt: skip
+    parser.add_argument("--archive", type=Path, default=None, metavar="FILE.tar.gz",
+                        help="also pack the reports, logs and run folder into one file")  # fmt: skip
     parser.add_argument("--retry-failed", action="store_true",
                         help="run entries that failed or timed out in an earlier call again")  # fmt: skip
     args = parser.parse_args(argv)
@@ -393,6 +395,26 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         setup.remove_pth(made)
         procs.kill_descendants()
+        if args.archive is not None:
+            pack(args.out, args.archive)
+
+
+#: What `pack` leaves out of the archive: the wheels installed, the data sets generated.
+NOT_PACKED = ("site", "base/data", "base/cache", "base/venv", "base/extra")
+
+
+def pack(out: Path, archive: Path) -> None:
+    """``OUT`` as one ``.tar.gz`` (reports, state, logs, the run folder; not the installed
+    wheels nor the generated data), for a machine that gives back only a few files."""
+    import tarfile
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        rel = info.name.partition("/")[2]
+        return None if any(rel == x or rel.startswith(x + "/") for x in NOT_PACKED) else info
+
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(out, arcname=out.name, filter=keep)
 
 
 def finish(call: Call) -> int:

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 import zipfile
 from importlib import metadata
@@ -326,8 +327,14 @@ def test_without_pip_or_a_pip_wheel_the_error_says_what_to_do(tmp_path):
 @pytest.mark.slow
 def test_runs_the_selection_and_writes_the_reports(tmp_path):
     out = tmp_path / "out"
-    done = first_light(out, "--select", "fp32,bf16", "--budget", "200")
+    archive = tmp_path / "back" / "first-light.tar.gz"
+    done = first_light(out, "--select", "fp32,bf16", "--budget", "200", "--archive", str(archive))
     assert done.returncode == 0, done.stdout + done.stderr
+    with tarfile.open(archive) as tar:
+        packed = set(tar.getnames())
+    assert {"out/first-light.md", "out/report.json", "out/machine.json",
+            "out/base/runs/first-light/bf16.D0.data"} <= packed  # fmt: skip
+    assert not any(n.startswith(("out/site", "out/base/data")) for n in packed)
     assert "2 of 2 entries passed" in done.stdout
     assert state(out) == {"bf16": "done", "fp32": "done"}  # suite order
     assert json.loads((out / "machine.json").read_text())["python"]
