@@ -94,7 +94,7 @@ def test_no_run_is_a_one_line_error(tmp_path: Path):
         assert proc.stdout == ""
         assert one_line(proc.stderr) == (
             f"milabench: error: no run under {tmp_path / 'runs'} "
-            "(start one with `milabench run`, or give a run folder)"
+            f"(start one with `milabench run --base {tmp_path}`, or give a run folder)"
         )
     # only install/prepare logs: not a run of benchmarks
     (tmp_path / "runs" / "prepare.2024-01-01_00-00-00").mkdir(parents=True)

@@ -229,3 +229,106 @@ def write_output(path: Path, text: str, what: str) -> None:
         reason = exc.strerror or type(exc).__name__
         raise UsageError(f"--output {path}: cannot write: {reason}") from None
     print(f"{what} written to {path}", file=sys.stderr)
+
+
+def add_requirements_option(parser: argparse.ArgumentParser) -> None:
+    """--ignore-requirements: use a suite on a machine that lacks what its `_requires`
+    names (the GPU suite on a CPU); without it, `check_requirements` refuses."""
+    add_option(
+        parser,
+        "ignore-requirements",
+        action="store_true",
+        default=False,
+        help="go on when this machine lacks what the suite requires (its `_requires`: "
+        "the GPU suite on a machine without a GPU); otherwise refused in one line",
+    )
+
+
+def suite_command(
+    args: argparse.Namespace,
+    verb: str | None = None,
+    *,
+    config: Path | None = None,
+    selection: bool = True,
+    extra: tuple[str, ...] = (),
+) -> str:
+    """The command line of `args` (its command unless `verb`), whole: ``--config`` (the
+    one it used unless `config`), ``--base`` and ``--system`` when not the defaults, and
+    with `selection` its ``--select``, ``--exclude`` and ``--override``, and
+    ``--use-current-env``: a hint that works when pasted (`milabench.config.commands`)."""
+    from milabench.config.commands import command_line
+
+    return command_line(
+        verb or getattr(args, "command", None) or "run",
+        config=config or config_path(args),
+        base=base_path(args),
+        system=system_path(args),
+        select=split_csv(getattr(args, "select", None)) if selection else (),
+        exclude=split_csv(getattr(args, "exclude", None)) if selection else (),
+        overrides=list(getattr(args, "override", None) or []) if selection else (),
+        use_current_env=bool(getattr(args, "use_current_env", False)),
+        extra=extra,
+    )
+
+
+def check_requirements(suite, args: argparse.Namespace, *, refuse: bool = True) -> list:
+    """What the suite needs of the machine (its `_requires`), said once, in one line,
+    before anything is installed, prepared or started.
+
+    Every requirement holds: nothing is said, ``[]``. One does not: with `refuse`
+    (install, prepare, run) a `UsageError` naming what the machine lacks, the suite made
+    for it as a command to paste (this command with ``--config`` changed, the selection
+    kept when that suite has it) and ``--ignore-requirements``; without `refuse` (list)
+    the same line as a note on stderr. With ``--ignore-requirements`` a warning, and the
+    command goes on. Returns the unmet requirements."""
+    import sys
+
+    from milabench.config.capabilities import requirement_line, unmet_suite_requirements
+    from milabench.config.commands import shown_path
+    from milabench.errors import UsageError
+
+    unmet = unmet_suite_requirements(getattr(suite, "requires", ()), suite.system)
+    if not unmet:
+        return []
+    shown = shown_path(suite.config_path)
+    line = requirement_line(shown, unmet, suite.system)
+    instead = next((req.instead for req in unmet if req.instead is not None), None)
+    if instead is not None:
+        line += (
+            f"; the suite made for this machine is {shown_path(instead)}: "
+            f"`{instead_command(args, instead)}`"
+        )
+    if getattr(args, "ignore_requirements", False):
+        print(f"milabench: warning: {line}; going on (--ignore-requirements)", file=sys.stderr)
+        return unmet
+    if refuse:
+        raise UsageError(f"{line} (or add --ignore-requirements to use {shown} here anyway)")
+    print(
+        f"milabench: note: {line}; install, prepare and run refuse {shown} here",
+        file=sys.stderr,
+    )
+    return unmet
+
+
+def instead_command(args: argparse.Namespace, instead: Path) -> str:
+    """This command on the suite `instead`, keeping the selection when that suite loads
+    with it (a name it lacks would make the pasted command fail), else without it."""
+    import warnings
+
+    from milabench.config import load_suite
+    from milabench.errors import MilabenchError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the command itself will say them
+            load_suite(
+                instead,
+                system=system_path(args),
+                base=base_path(args),
+                select=split_csv(getattr(args, "select", None)),
+                exclude=split_csv(getattr(args, "exclude", None)),
+                overrides=list(getattr(args, "override", None) or []),
+            )
+    except MilabenchError:
+        return suite_command(args, config=instead, selection=False)
+    return suite_command(args, config=instead)

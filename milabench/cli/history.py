@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     with Store(store_url(args)) as store:
         known = store.benchmarks()
         if not known:
-            raise UsageError("the results store holds no result: `milabench store import RUN`")
+            raise UsageError(f"the results store holds no result: {import_hint(args)}")
         missing = [b for b in args.bench if b not in known]
         if missing:
             raise UsageError(f"no stored result for benchmark(s): {', '.join(missing)}")
@@ -187,3 +187,25 @@ def _changepoints(store, args: argparse.Namespace) -> int:
         if problem:
             print(f"milabench: warning: {problem}", file=sys.stderr)
     return 1 if new_alerts else 0
+
+
+def import_hint(args: argparse.Namespace) -> str:
+    """What fills an empty store, as a command to paste: the import of the latest run
+    under the base into this store, or a run to start when there is none."""
+    import shlex
+
+    from milabench.cli.common import base_path
+    from milabench.config.commands import command_line, shown_path
+    from milabench.report.locate import benchmark_runs
+
+    base = base_path(args)
+    runs = benchmark_runs(base / "runs")
+    if not runs:
+        return f"no run under {base / 'runs'} to import: start one with " + (
+            f"`{command_line('run', base=base)}`"
+        )
+    where = ["--url", args.url] if getattr(args, "url", None) else []
+    if not where and base.absolute() != Path("results").absolute():
+        where = ["--base", shown_path(base)]
+    words = ["milabench", "store", "import", shown_path(runs[-1]), *where]
+    return f"import the latest run with `{shlex.join(words)}`"

@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from milabench.cli.common import add_option, add_suite_options
+from milabench.cli.common import add_option, add_requirements_option, add_suite_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
+    add_requirements_option(parser)
     add_option(
         parser,
         "force",
@@ -67,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from milabench.cli.common import ensure_writable, load_suite_from_args
+    from milabench.cli.common import check_requirements, ensure_writable, load_suite_from_args
     from milabench.envs.groups import build_groups
     from milabench.envs.install import install_all, summary_table
     from milabench.errors import UsageError
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.into_current_env and not args.use_current_env:
         raise UsageError("--into-current-env needs --use-current-env")
     suite = load_suite_from_args(args)
+    check_requirements(suite, args)  # nothing installed for a machine that cannot run it
     if not suite.entries:
         print("nothing to install: no benchmark selected")
         return 0

@@ -4,7 +4,9 @@
                    [--format text|json|markdown]
 
 Columns: name, group, install group, tags, weight, enabled, and why an entry would be
-skipped on this system (its first `requires_capabilities` expression that does not hold).
+skipped on this system (the suite's `_requires` check this machine fails, which a note
+on stderr explains with the suite to use instead, else the entry's first
+`requires_capabilities` expression that does not hold).
 Without `--select`/`--exclude` every entry is listed, disabled ones included; with them,
 the entries `milabench run` would run. Private entries (`_templates`) are never listed.
 """
@@ -15,7 +17,7 @@ import argparse
 import json
 import sys
 
-from milabench.cli.common import add_option, add_suite_options
+from milabench.cli.common import add_option, add_requirements_option, add_suite_options
 
 COLUMNS = ("name", "group", "install_group", "tags", "weight", "enabled", "skip")
 HEADINGS = ("name", "group", "install group", "tags", "weight", "enabled", "skipped because")
@@ -23,6 +25,7 @@ HEADINGS = ("name", "group", "install group", "tags", "weight", "enabled", "skip
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
+    add_requirements_option(parser)
     add_option(
         parser,
         "format",
@@ -32,8 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def entry_rows(suite) -> list[dict]:
-    """One dict per listed entry (the JSON output)."""
+def entry_rows(suite, unmet_suite: list | tuple = ()) -> list[dict]:
+    """One dict per listed entry (the JSON output). `unmet_suite`: the suite's own
+    requirements that this machine lacks (`check_requirements`): every entry is skipped
+    for the first of them."""
     from milabench.config.capabilities import unmet_requirement
 
     selected = suite.entries
@@ -42,7 +47,7 @@ def entry_rows(suite) -> list[dict]:
     for name, entry in entries.items():
         if name.startswith("_"):
             continue
-        reason = unmet_requirement(entry, suite.system)
+        reason = unmet_suite[0].check if unmet_suite else unmet_requirement(entry, suite.system)
         rows.append(
             {
                 "name": name,
@@ -96,10 +101,11 @@ def render(rows: list[dict], fmt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from milabench.cli.common import load_suite_from_args
+    from milabench.cli.common import check_requirements, load_suite_from_args
 
     suite = load_suite_from_args(args)
-    rows = entry_rows(suite)
+    unmet = check_requirements(suite, args, refuse=False)
+    rows = entry_rows(suite, [] if args.ignore_requirements else unmet)
     if getattr(args, "select", None) or getattr(args, "exclude", None):
         rows = [r for r in rows if r["selected"]]
     sys.stdout.write(render(rows, args.format))

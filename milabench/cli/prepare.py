@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from milabench.cli.common import add_option, add_suite_options
+from milabench.cli.common import add_option, add_requirements_option, add_suite_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
+    add_requirements_option(parser)
     add_option(
         parser,
         "verbose",
@@ -23,10 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from milabench.cli.common import ensure_writable, load_suite_from_args
+    from milabench.cli.common import check_requirements, ensure_writable, load_suite_from_args
     from milabench.envs.prepare import prepare_all, summary_table
 
     suite = load_suite_from_args(args)
+    check_requirements(suite, args)  # nothing prepared for a machine that cannot run it
     if not suite.entries:
         print("nothing to prepare: no benchmark selected")
         return 0

@@ -16,10 +16,12 @@ from pathlib import Path
 
 from milabench.cli.common import (
     add_option,
+    add_requirements_option,
     add_suite_options,
     add_validations_option,
     base_path,
     ensure_writable,
+    suite_command,
 )
 
 _CONSONANTS = "bdfgklmnprstvz"
@@ -46,6 +48,7 @@ def format_run_name(template: str | None, now: float | None = None) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_suite_options(parser)
+    add_requirements_option(parser)
     add_option(
         parser,
         "run-name",
@@ -121,15 +124,21 @@ def run(args: argparse.Namespace) -> int:
 
     select_layers(validations)  # unknown layer names fail before anything runs
 
-    from milabench.cli.common import load_suite_from_args
+    from milabench.cli.common import check_requirements, load_suite_from_args
     from milabench.envs.ready import ensure_ready
     from milabench.execute.session import run_session
 
     suite = load_suite_from_args(args)
+    check_requirements(suite, args)  # before the run folder, the doctor, anything
     run_dir, resuming = _run_dir(args)
     if not resuming:
         ensure_writable(base_path(args), run_dir.parent)
-    check_machine(suite, run_dir, ignore=bool(getattr(args, "ignore_doctor", False)))
+    check_machine(
+        suite,
+        run_dir,
+        ignore=bool(getattr(args, "ignore_doctor", False)),
+        doctor_command=suite_command(args, "doctor"),
+    )
     return run_session(
         suite,
         run_dir,
@@ -163,13 +172,16 @@ def remote_launcher(system: dict, suite=None, run_id: str | None = None):
 DOCTOR_MODES = ("check", "ignore", "off")
 
 
-def check_machine(suite, run_dir: Path, *, ignore: bool = False) -> None:
+def check_machine(
+    suite, run_dir: Path, *, ignore: bool = False, doctor_command: str = "milabench doctor"
+) -> None:
     """`milabench doctor`'s checks before the first benchmark (docs/doctor.md).
 
     Prints the warnings and failures, records every finding in ``<run>/doctor.json`` (the
     report and the fleet report read it) and refuses to start on a failure, one line
     naming it, unless ``ignore`` (``--ignore-doctor``) or the ``run.doctor`` option says
-    ``ignore``; ``off`` skips the checks (nothing recorded).
+    ``ignore``; ``off`` skips the checks (nothing recorded). `doctor_command`: the
+    `milabench doctor` line the refusal names (this run's suite, base and selection).
     """
     from milabench.config.options import get_option
     from milabench.errors import MilabenchError, UsageError
@@ -198,6 +210,6 @@ def check_machine(suite, run_dir: Path, *, ignore: bool = False) -> None:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         raise MilabenchError(
             f"refused to start: {first.subject} {first.check}: {first.reason}{more}; "
-            "`milabench doctor` lists every check, --ignore-doctor runs anyway"
+            f"`{doctor_command}` lists every check, --ignore-doctor runs anyway"
         )
     health.write_doctor_file(str(run_dir), found, ignored=bool(failed))

@@ -40,6 +40,7 @@ KNOWN_KEYS: frozenset[str] = frozenset(
         "install_variant",
         "config_file",
         "config_base",
+        "suite_file",
         # what to run and how
         "definition",
         "script",
@@ -202,6 +203,7 @@ class Entry:
     parity: str | None = None
     config_file: str | None = None
     config_base: str | None = None
+    suite_file: str | None = None  # the suite the command loaded (`--config`)
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | Entry) -> Entry:
@@ -245,6 +247,7 @@ class Entry:
             parity=str(m["parity"]).strip() if m.get("parity") else None,
             config_file=str(m["config_file"]) if m.get("config_file") else None,
             config_base=str(m["config_base"]) if m.get("config_base") else None,
+            suite_file=str(m["suite_file"]) if m.get("suite_file") else None,
         )
 
     # -- the benchmark's environment: the one place its paths are computed ------------

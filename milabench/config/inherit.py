@@ -28,7 +28,8 @@ BUILTIN_DEFAULTS: dict[str, Any] = {
     "pip": {},
 }
 
-SPECIAL = ("_defaults", "*")
+# `_requires` is the suite's own block (what it needs of the machine: config.capabilities).
+SPECIAL = ("_defaults", "*", "_requires")
 
 
 def suggest(name: str, candidates) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from milabench.config.capabilities import REQUIRES, SuiteRequirement, suite_requirements
 from milabench.config.document import Document, load_document
 from milabench.config.entry import Entry, unknown_keys
 from milabench.config.inherit import BUILTIN_DEFAULTS, resolve_all, suggest
@@ -49,6 +50,8 @@ class Suite:
     base: Path
     config_path: Path
     templates: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    # what the whole suite needs of the machine (its `_requires` block, config.capabilities)
+    requires: tuple[SuiteRequirement, ...] = ()
 
     def __iter__(self):
         return iter(self.entries.values())
@@ -60,7 +63,7 @@ class Suite:
 def _apply_overrides(doc: Document, overrides: list[str]) -> None:
     layer = overrides_layer(overrides)
     for name, value in layer.items():
-        if name not in doc.entries and name not in ("*", "_defaults"):
+        if name not in doc.entries and name not in ("*", "_defaults", REQUIRES):
             raise ConfigError(
                 f"--override {name}: no entry named '{name}'{suggest(name, doc.entries)}"
             )
@@ -69,7 +72,9 @@ def _apply_overrides(doc: Document, overrides: list[str]) -> None:
     doc.add_layer(layer, OVERRIDE_SOURCE)
 
 
-def _fill_identity(name: str, entry: dict[str, Any], doc: Document, variant: str) -> None:
+def _fill_identity(
+    name: str, entry: dict[str, Any], doc: Document, variant: str, suite_file: Path
+) -> None:
     entry["name"] = name
     entry["tag"] = [name]
     if entry.get("group") is None:
@@ -84,6 +89,8 @@ def _fill_identity(name: str, entry: dict[str, Any], doc: Document, variant: str
     if origin is not None and origin != OVERRIDE_SOURCE:
         entry["config_file"] = str(Path(origin).absolute())
         entry["config_base"] = str(Path(origin).absolute().parent)
+    # The suite the command loaded (`--config`): what a message's command line names.
+    entry["suite_file"] = str(suite_file)
 
 
 def _fill_dirs(entry: dict[str, Any], base: Path, use_current_env: bool) -> None:
@@ -186,7 +193,7 @@ def load_suite(
     entries: dict[str, dict[str, Any]] = {}
     for name, entry in resolved.items():
         entry = strip_markers(entry)
-        _fill_identity(name, entry, doc, variant)
+        _fill_identity(name, entry, doc, variant, config_path)
         # Identity first: easier to read in `milabench resolve` output.
         entries[name] = {"name": name, "tag": entry.pop("tag"), **entry}
 
@@ -219,4 +226,8 @@ def load_suite(
         base=base_dir,
         config_path=config_path,
         templates={n: e for n, e in entries.items() if n.startswith("_")},
+        requires=suite_requirements(
+            doc.entries.get(REQUIRES),
+            lambda name: doc.file_of(REQUIRES, name),
+        ),
     )

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from milabench.config.commands import entry_command
 from milabench.config.entry import Entry
 from milabench.errors import EnvironmentMissing, UsageError
 
@@ -43,7 +44,7 @@ def dev_environment(entry: Entry, system: dict) -> tuple[dict[str, str], Path]:
     if not pack.use_current_env and not Path(pack.python).exists():
         raise EnvironmentMissing(
             f"{entry.name}: environment {pack.venv} is missing; run "
-            f"'milabench install --select {entry.name}' first (or use --use-current-env)"
+            f"`{entry_command('install', entry)}` first (or use --use-current-env)"
         )
     if not pack.use_current_env:
         from milabench.envs import is_installed

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from milabench.config.commands import entry_command
 from milabench.envs.install import LogFolder
 from milabench.envs.steps import run_step
 
@@ -39,8 +40,8 @@ def _environment_problem(pack) -> str | None:
         return None
     if not Path(pack.python).exists():
         return (
-            f"environment {pack.venv} is missing: run 'milabench install "
-            f"--select {pack.name}' first"
+            f"environment {pack.venv} is missing: run "
+            f"`{entry_command('install', pack.entry)}` first"
         )
     return None
 

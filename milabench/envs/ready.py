@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from milabench.config.commands import entry_command
 from milabench.config.entry import Entry
 from milabench.envs import describe_failure, driver, is_installed, read_failure
 from milabench.envs.helperlib import refresh_helpers, site_packages
@@ -28,12 +29,12 @@ def ensure_ready(entry: Entry) -> None:
     if not (venv / "bin" / "python").exists():
         raise EnvironmentMissing(
             f"{entry.name}: environment {venv} is missing{why}; "
-            f"run 'milabench install --select {entry.name}' first"
+            f"run `{entry_command('install', entry)}` first"
         )
     if not is_installed(venv):
         raise EnvironmentMissing(
             f"{entry.name}: environment {venv} did not finish installing{why}; "
-            f"run 'milabench install --select {entry.name}' again"
+            f"run `{entry_command('install', entry)}` again"
         )
     refresh_copies(venv)
     check_driver(entry.name, venv)

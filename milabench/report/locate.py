@@ -94,7 +94,12 @@ def _no_run(where: Path) -> str:
             f"no run of benchmarks under {where} (only install/prepare logs: "
             f"{', '.join(logs[-3:])}; give one with --runs to report on it)"
         )
-    return f"no run under {where} (start one with `milabench run`, or give a run folder)"
+    if where.name == "runs":  # a base's runs: the command that writes there
+        from milabench.config.commands import command_line
+
+        start = f"start one with `{command_line('run', base=where.parent)}`"
+        return f"no run under {where} ({start}, or give a run folder)"
+    return f"no run under {where} (give a run folder, or a base or folder of runs)"
 
 
 def _announce(
