@@ -15,7 +15,9 @@ Rules (docs/reports.md section 1):
   cost: the largest `overhead` fraction of their successful files, a warning above
   `OVERHEAD_WARN` of a step;
 * suite score = exp(sum w ln(score + 1) / sum w), w = weight x enabled; an enabled,
-  weighted benchmark without a result scores 0 and carries the reason.
+  weighted benchmark without a result counts as 0 and carries the reason; a suite in
+  which no weighted benchmark measured has no score (None, and the reason), not the
+  formula's 1.
 """
 
 from __future__ import annotations
@@ -175,8 +177,9 @@ def _short_pct(fraction: float) -> str:
     return f"{text}%"
 
 
-def window_warnings(w: FileWindow) -> list[str]:
-    """Human sentences for every way a window fell short (warnings never fail a run)."""
+def window_warnings(w: FileWindow, fr: FileResult | None = None) -> list[str]:
+    """Human sentences for every way a window fell short (warnings never fail a run);
+    ``fr``, the file, lets the loop-ran-out sentence say what the window wanted."""
     out: list[str] = []
     n = w.observations
     ran_out = w.reason in ("ended", "ended_in_warmup")
@@ -199,7 +202,14 @@ def window_warnings(w: FileWindow) -> list[str]:
         out.append(f"warm-up never settled{cap}: the step time was still moving")
     if w.reason == "ended":
         measured = f" after {fmt_seconds(w.measured_s)}" if w.measured_s is not None else ""
-        out.append(f"the loop ran out{measured}, before the window's end")
+        msg = f"the loop ran out{measured}, before the window's end"
+        if fr is not None:
+            settings = measure_settings(fr)
+            msg += (
+                f" ({_span(settings.min, settings.max)} of measured steps wanted): give the "
+                "script more steps through its argv"
+            )
+        out.append(msg)
     return out
 
 
@@ -212,10 +222,65 @@ def ended_in_warmup_warning(warmup_s: float | None) -> str:
     )
 
 
+def measure_settings(fr: FileResult):
+    """The file's `measure` block as the benchmark read it (`benchkit.options`), the
+    defaults when it cannot be read."""
+    from benchkit.options import MeasureSettings, parse_measure
+
+    try:
+        return parse_measure(fr.measure or None)
+    except ValueError:
+        return MeasureSettings()
+
+
+def _span(low: float, high: float) -> str:
+    """``1.00 s to 10.0 s``; ``at least 6.00 s`` without an upper bound."""
+    if high and high > low:
+        return f"{fmt_seconds(low)} to {fmt_seconds(high)}"
+    return f"at least {fmt_seconds(low)}" if low else "any time"
+
+
+def _below(seconds: float) -> str:
+    """A round number of seconds below `seconds` (one significant digit of half of it),
+    for an ``--override`` that a person pastes: 1.01 -> ``0.5s``, 0.13 -> ``0.06s``."""
+    half = max(seconds / 2, 0.001)
+    digits = -math.floor(math.log10(half))
+    value = math.floor(half * 10**digits) / 10**digits
+    return f"{value:g}s"
+
+
+def short_run_sentence(fr: FileResult, what: str, ran_s: float | None) -> str:
+    """One line for a process that ended before its window measured anything: ``what``
+    happened, how long the process ran, what a measurement needs (the file's `measure`
+    block) and what to change: more steps through the script's argv, or a warm-up short
+    enough to end before the loop does (as ``--override`` options to paste)."""
+    settings = measure_settings(fr)
+    ran = ""
+    if fr.start_time is not None and fr.end_time is not None and fr.end_time >= fr.start_time:
+        ran = f" (the process ran {fmt_seconds(fr.end_time - fr.start_time)})"
+    needs = (
+        f"a measurement needs {_span(settings.warmup_min, settings.warmup_max)} of warm-up "
+        f"(measure.warmup_min, warmup_max; the shorter once the step time settles), then "
+        f"{_span(settings.min, settings.max)} of measured steps (measure.min, max)"
+    )
+    change = "give the script more steps through its argv"
+    if ran_s is not None and ran_s > 0:
+        change += (
+            f", or end the warm-up before {fmt_seconds(ran_s)}: --override "
+            f"{fr.name}.measure.warmup_min=0s --override {fr.name}.measure.warmup_max="
+            f"{_below(ran_s)}"
+        )
+    return f"nothing measured: {what}{ran}; {needs}: {change}"
+
+
 def unmeasured_warnings(fr: FileResult) -> list[str]:
-    """Why a process that wrote no rate measured nothing, when its records tell.
+    """Why a process that wrote no rate measured nothing, when its records tell: one line
+    (`short_run_sentence`) saying how long it ran, what a measurement needs and what to
+    change.
 
     A `window` record with reason ``ended_in_warmup``: the loop ran out during warm-up.
+    A `window` record of another reason with no observation: the loop ended (``ended``)
+    or the window's time ran out (``max_time``) before a measured step completed.
     A `warmup` record (written when measurement begins) but no `window` record: the
     process ended right after its warm-up, before the window recorded a single step.
     Such a process also fails (no throughput sample); the warning says why.
@@ -223,18 +288,37 @@ def unmeasured_warnings(fr: FileResult) -> list[str]:
     if fr.rates:
         return []  # `window_warnings` covers a file that measured
     win, warm = fr.window or {}, fr.warmup or {}
+    warmup_s = _num_or_none(win.get("warmup_s"))
+    if warmup_s is None:
+        warmup_s = _num_or_none(warm.get("seconds"))
+    measured_s = _num_or_none(win.get("measured_s"))
+    after = f" after {fmt_seconds(warmup_s)}" if warmup_s is not None else ""
     if fr.window is not None and win.get("reason") == "ended_in_warmup":
-        warmup_s = _num_or_none(win.get("warmup_s"))
-        if warmup_s is None:
-            warmup_s = _num_or_none(warm.get("seconds"))
-        return [ended_in_warmup_warning(warmup_s)]
-    if fr.window is None and fr.warmup is not None:
-        seconds = _num_or_none(warm.get("seconds"))
-        after = f" (after {fmt_seconds(seconds)})" if seconds is not None else ""
+        what = f"the loop ended during warm-up{after}, before the measured window could begin"
+        return [short_run_sentence(fr, what, warmup_s)]
+    if fr.window is not None and win.get("reason") == "max_time":
+        settings = measure_settings(fr)
+        window = fmt_seconds(measured_s if measured_s is not None else settings.max)
+        raised = f"{max(2 * (measured_s or settings.max), 1):g}s"
         return [
-            f"the script ended as its warm-up finished{after}, before the measured window "
-            "could record a step: nothing measured"
+            f"nothing measured: no measured step completed in the {window} window (after "
+            f"{fmt_seconds(warmup_s or 0.0)} of warm-up): a step is longer than the window; "
+            f"--override {fr.name}.measure.max={raised} gives it time"
         ]
+    if fr.window is not None:
+        into = f" {fmt_seconds(measured_s)}" if measured_s is not None else ""
+        reason = win.get("reason")
+        why = "the loop ended" if reason in (None, "ended") else f"the window ended ({reason})"
+        warmed = f", after {fmt_seconds(warmup_s)} of warm-up" if warmup_s is not None else ""
+        what = f"{why}{into} into the measured window, before a measured step completed{warmed}"
+        total = (warmup_s or 0.0) + (measured_s or 0.0)
+        return [short_run_sentence(fr, what, total or None)]
+    if fr.warmup is not None:
+        what = (
+            f"the script ended as its warm-up finished{after}, before the measured window "
+            "could record a step"
+        )
+        return [short_run_sentence(fr, what, warmup_s)]
     return []
 
 
@@ -467,7 +551,13 @@ def count_devices(files: list[FileResult]) -> int:
     process seeing all the devices of its node counts what the node's monitor sampled.
     In a multi-node launch only global rank 0 writes samples (its node's devices): every
     node runs the same ``--nproc-per-node``, so a node without samples counts as many
-    devices as the nodes that have them (the largest such count)."""
+    devices as the nodes that have them (the largest such count). A run on a machine
+    without an accelerator (every file's `meta` says arch ``cpu``, no accelerator sample)
+    ran on none: its ``D0`` process is the CPU's, and the row says 0 as the System block
+    does."""
+    arches = {((fr.meta or {}).get("accelerators") or {}).get("arch") for fr in files}
+    if files and arches == {"cpu"} and not any(fr.gpudata for fr in files):
+        return 0
     tagged = {(fr.node, fr.device) for fr in files if fr.device is not None}
     if tagged:
         return len(tagged)
@@ -584,7 +674,7 @@ def _measurement_quality(br: BenchResult, ok: list[FileResult], per_gpu: bool) -
     several = len(measured) > 1
     for fr in measured:
         prefix = f"{fr.tag}: " if several else ""
-        br.warnings.extend(prefix + text for text in window_warnings(windows[fr.tag]))
+        br.warnings.extend(prefix + text for text in window_warnings(windows[fr.tag], fr))
     groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for fr in measured:
         found = windows[fr.tag].interval
@@ -641,17 +731,46 @@ def missing_reason(br: BenchResult) -> str | None:
 
 @dataclass
 class SuiteScore:
-    score: float
+    score: float | None  # None: nothing weighted was measured (`reason` says why)
     failure_rate: float
     verdict: str
     total_n: int
     total_fail: int
+    reason: str | None = None  # why there is no score
+
+
+# The first words of `missing_reason`, counted by `no_score_reason`.
+_REASON_WORDS = ("failed", "skipped", "timed out", "interrupted", "incomplete", "not run",
+                 "disabled")  # fmt: skip
+
+
+def no_score_reason(benches: list[BenchResult]) -> str | None:
+    """Why the suite has no score (None when it has one): no weighted benchmark measured.
+
+    The formula gives 1 for a suite in which nothing was measured (every term scores 0,
+    ``exp(0) = 1``), which reads as a measurement: the report prints a dash and this."""
+    rows = [br for br in benches if br.phase == "run"]
+    measured = [br for br in rows if br.summary is not None]
+    if any(br.effective_weight > 0 for br in measured):
+        return None
+    if measured:
+        names = ", ".join(br.name for br in measured[:5]) + (", ..." if len(measured) > 5 else "")
+        return f"no benchmark that measured a rate has a weight ({names})"
+    counts: dict[str, int] = {}
+    for br in rows:
+        reason = br.reason or "not run"
+        word = next((w for w in _REASON_WORDS if reason.startswith(w)), reason)
+        counts[word] = counts.get(word, 0) + 1
+    parts = ", ".join(f"{n} {word}" for word, n in counts.items())
+    return "no benchmark succeeded" + (f" ({parts})" if parts else "")
 
 
 def suite_score(
     benches: list[BenchResult], *, max_failure_rate: float = outcome.DEFAULT_MAX_FAILURE_RATE
 ) -> SuiteScore:
-    """Weighted geometric mean with +1 smoothing, failure rate and the PASS/FAIL verdict."""
+    """Weighted geometric mean with +1 smoothing, failure rate and the PASS/FAIL verdict.
+
+    No score (None, with the reason) when no weighted benchmark measured a rate."""
     benches = [br for br in benches if br.phase == "run"]
     num = den = 0.0
     for br in benches:
@@ -661,7 +780,8 @@ def suite_score(
         s = br.score if br.summary is not None and not math.isnan(br.score) else 0.0
         num += w * math.log(max(s, 0.0) + 1.0)
         den += w
-    score = math.exp(num / den) if den > 0 else 0.0
+    reason = no_score_reason(benches)
+    score = math.exp(num / den) if den > 0 and reason is None else None
     total_n = sum(br.n for br in benches)
     total_fail = sum(br.fail for br in benches)
     rate = total_fail / total_n if total_n else 0.0
@@ -669,4 +789,4 @@ def suite_score(
     verdict = outcome.run_verdict(
         total_n=total_n, total_fail=total_fail, max_failure_rate=max_failure_rate
     ).verdict
-    return SuiteScore(score, rate, verdict, total_n, total_fail)
+    return SuiteScore(score, rate, verdict, total_n, total_fail, reason)

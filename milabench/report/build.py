@@ -47,8 +47,14 @@ class Report:
             self.decision = run_outcome(self.benchmarks, self.suite, self.layers, self.sources)
 
     @property
-    def score(self) -> float:
+    def score(self) -> float | None:
+        """The suite score; None when no weighted benchmark measured (`score_reason`)."""
         return self.suite.score
+
+    @property
+    def score_reason(self) -> str | None:
+        """Why there is no score (None when there is one)."""
+        return self.suite.reason
 
     @property
     def failure_rate(self) -> float:

@@ -20,6 +20,7 @@ from milabench.report.render_tables import (
     doctor_lines,
     fmt_halfwidth,
     parity_lines,
+    score_text,
     system_value,
     table_cells,
     table_columns,
@@ -129,7 +130,7 @@ def _benchmark(br: BenchResult) -> list[Markup]:
         f"perf {fmt_sig(br.perf)} {units} (95% interval {fmt_halfwidth(br.halfwidth)}, "
         f"{br.observations:,} observations"
         + (f", overhead {fmt_overhead(br.overhead)}" if br.overhead is not None else "")
-        + f"), score {fmt_sig(br.score)}"
+        + f"), score {fmt_sig(br.score if br.summary else None)}"
         + (f", reason: {br.reason}" if br.reason else "")
     )
     plots = [
@@ -146,7 +147,7 @@ def render_html(report: Report) -> str:
     ok = report.exit_code == 0
     verdict = el("p", el("b", verdict_line(report)),
                  f": failure rate {fmt_pct(100 * report.failure_rate)}, "
-                 f"score {fmt_sig(report.score)}", class_=f"verdict {verdict_class(ok)}")  # fmt: skip
+                 f"score {score_text(report)}", class_=f"verdict {verdict_class(ok)}")  # fmt: skip
     sources = [el("code", str(s)) for s in report.sources]
     system = [[Cell(key, header=True), system_value(key, report.system.get(key))]
               for key in SYSTEM_KEYS]  # fmt: skip

@@ -54,7 +54,7 @@ def breakdown_rows(report: Report) -> list[dict[str, Any]]:
             "rate": _num(br.raw_rate),  # the benchmark's rate (per_gpu: sum over devices)
             "std": _num(s.std_pct) if s else None,
             "sem": _num(s.sem_pct) if s else None,
-            "score": _num(br.score) if s else 0.0,
+            "score": _num(br.score) if s else None,  # no value, no score (`reason`)
             "weight": br.effective_weight,
             "units": br.units,
             "enabled": br.enabled,
@@ -246,6 +246,14 @@ def system_value(key: str, value: Any) -> str:
     return str(value)
 
 
+def score_text(report: Report) -> str:
+    """The suite score for people, or a dash and why there is none: ``- (no benchmark
+    succeeded (3 failed))``; never the formula's 1 for a run that measured nothing."""
+    if report.score is None:
+        return f"{MISSING} ({report.score_reason or 'nothing measured'})"
+    return fmt_sig(report.score)
+
+
 def verdict_line(report: Report) -> str:
     """``PASS (exit code 0)`` / ``FAIL (exit code 1)``: both from one `run_verdict` call."""
     return f"{report.verdict} (exit code {report.exit_code})"
@@ -318,7 +326,7 @@ def render_text(report: Report) -> str:
         lines += [f"  {ln}" for ln in machine]
     lines += [""] + _title("Scores")
     lines.append(f"Failure rate: {fmt_pct(100 * report.failure_rate)} ({report.verdict})")
-    lines.append(f"Score:        {fmt_sig(report.score)}")
+    lines.append(f"Score:        {score_text(report)}")
     lines.append(f"Verdict:      {verdict_line(report)}")
     lines.extend(f"  - {reason}" for reason in report.verdict_reasons)
     lines += [""] + _title("Validations")
@@ -338,7 +346,7 @@ def _md_escape(text: str) -> str:
 def render_markdown(report: Report) -> str:
     rows = breakdown_rows(report)
     icon = "✅" if report.exit_code == 0 else "❌"
-    out = [f"## {icon} milabench: {report.verdict}, score {fmt_sig(report.score)}", ""]
+    out = [f"## {icon} milabench: {report.verdict}, score {_md_escape(score_text(report))}", ""]
     out.append(
         f"Verdict **{verdict_line(report)}** · failure rate "
         f"**{fmt_pct(100 * report.failure_rate)}** · runs: "
@@ -442,7 +450,8 @@ def report_dict(report: Report) -> dict[str, Any]:
         "sources": [str(s) for s in report.sources],
         "system": report.system,
         "benchmarks": breakdown_rows(report),
-        "score": report.score,
+        "score": report.score,  # null when nothing weighted was measured
+        "score_reason": report.score_reason,
         "failure_rate": report.failure_rate,
         "verdict": report.verdict,
         "exit_code": report.exit_code,

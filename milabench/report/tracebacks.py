@@ -2,8 +2,12 @@
 
 People read the Errors section to learn *why* a benchmark failed without opening files:
 the exception line of the last Python traceback, a short excerpt of the frames above it,
-pip/uv resolver errors for install logs, and otherwise the last lines of stderr.
-Launchers prefix worker lines (torchrun: ``[rank0]: ``); the prefix is removed first.
+pip/uv resolver errors for install logs, the last line saying ``error:``, and otherwise
+the last lines of stderr. Launchers prefix worker lines (torchrun: ``[rank0]: ``); the
+prefix is removed first. Warnings are never a cause: a library's start-up warning (torch's
+``UserWarning: Failed to initialize NumPy``) is often the first and only thing on the
+stderr of a process that was stopped, and quoting it sends the reader after the wrong
+thing (`without_warnings`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ _ERROR_WORD = re.compile(r"\berror:", re.I)
 # an exit that only says the script exited (voir logs ``SystemExit: 2`` as an error)
 _BARE_EXIT = re.compile(r"^\s*(-?\d+)?\s*$")
 _BARE_EXIT_LINE = re.compile(r"^SystemExit(:\s*-?\d*)?\s*$")
+# Python's warning records (``file.py:12: UserWarning: message`` then the indented
+# source line) and c10's (``[W1128 21:00:00.000 ProcessGroupGloo.cpp:516] Warning: ...``)
+_PY_WARNING = re.compile(r"^\S.*?:\d+: (\w+\.)*\w*Warning: ")
+_C10_WARNING = re.compile(r"^\[W\d{4} ")
 EXCERPT_LINES = 8
 
 
@@ -35,6 +43,22 @@ class Failure:
 
 def _clean(lines: list[str]) -> list[str]:
     return [_PREFIX.sub("", ln.rstrip("\n")) for ln in lines]
+
+
+def without_warnings(lines: list[str]) -> list[str]:
+    """`lines` without the warnings printed in them: a Python warning record with the
+    indented source lines under it, and c10's ``[W... ] Warning:`` lines."""
+    out: list[str] = []
+    in_warning = False
+    for ln in lines:
+        if _PY_WARNING.match(ln) or _C10_WARNING.match(ln):
+            in_warning = True
+            continue
+        if in_warning and ln[:1].isspace() and ln.strip():
+            continue  # the source line Python prints under its warning
+        in_warning = False
+        out.append(ln)
+    return out
 
 
 def extract_traceback(lines: list[str]) -> Failure | None:
@@ -124,15 +148,26 @@ def read_lines(path: Path, limit: int = 20000) -> list[str]:
     return lines[-limit:]
 
 
-def explain(stderr: list[str], stdout: list[str], errors: list[dict], fallback: str) -> Failure:
+def explain(
+    stderr: list[str],
+    stdout: list[str],
+    errors: list[dict],
+    fallback: str,
+    *,
+    ended_by_itself: bool = True,
+) -> Failure:
     """Best cause for a failed process, from its streams and `error` events.
 
     In order: the last Python traceback, pip/uv errors, the last `error` event, argparse's
-    ``<prog>: error: <message>`` on stderr, the fallback. A bare exit status (a
+    ``<prog>: error: <message>`` on stderr, then, for a process that ended by itself, the
+    last stderr line containing ``error:``, and last the fallback (the outcome's words:
+    ``exit code 1``, ``interrupted``) with the last lines of stderr. A bare exit status (a
     ``SystemExit: 2`` event, which voir logs when the script calls ``parser.error``, or
     traceback) is no cause: the argparse line, else the last stderr line containing
-    ``error:``, is shown instead when there is one.
+    ``error:``, is shown instead when there is one. Warnings are neither a cause nor an
+    excerpt (`without_warnings`); a stderr of warnings only leaves the excerpt empty.
     """
+    stderr = without_warnings(_clean(stderr))
     traceback = extract_traceback(stderr) or extract_traceback(stdout)
     if traceback and not _BARE_EXIT_LINE.match(traceback.line):
         return traceback
@@ -154,5 +189,9 @@ def explain(stderr: list[str], stdout: list[str], errors: list[dict], fallback: 
         trace = err.get("trace")
         excerpt = str(trace).splitlines()[-EXCERPT_LINES:] if trace else []
         return Failure(line, excerpt)
-    tail = [ln for ln in _clean(stderr) if ln.strip()][-5:]
+    if ended_by_itself:
+        found = extract_error_line(stderr)
+        if found:
+            return found
+    tail = [ln for ln in stderr if ln.strip()][-5:]
     return Failure(fallback, tail)

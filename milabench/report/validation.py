@@ -29,9 +29,14 @@ from milabench.config.entry import Entry
 from milabench.errors import UsageError
 from milabench.events import as_float
 from milabench.report import stats
-from milabench.report.aggregate import SUCCESS, BenchResult, failure_detail
+from milabench.report.aggregate import (
+    SUCCESS,
+    BenchResult,
+    failure_detail,
+    unmeasured_warnings,
+)
 from milabench.report.numbers import fmt_pct, fmt_sig
-from milabench.report.outcome import SKIPPED
+from milabench.report.outcome import FAILED, SKIPPED
 from milabench.report.tracebacks import Failure, explain, read_lines
 
 DEFAULT_LAYERS = ("error", "ensure_rate", "version", "golden")
@@ -103,7 +108,15 @@ def layer_error(benches: list[BenchResult]) -> LayerResult:
                 continue
             detail = failure_detail(fr, st, fr.group_key in with_rates)
             stderr = read_lines(fr.stderr_path) or fr.stderr_lines
-            cause: Failure = explain(stderr, read_lines(fr.stdout_path), fr.errors, detail)
+            cause: Failure = explain(
+                stderr,
+                read_lines(fr.stdout_path),
+                fr.errors,
+                detail,
+                ended_by_itself=st == FAILED,  # not stopped: timed out, interrupted, cut
+            )
+            if cause.line == detail and not fr.rates:  # no better cause: what its records say
+                cause = Failure(detail, [*unmeasured_warnings(fr), *cause.excerpt])
             g = groups.setdefault(
                 cause.line, ErrorGroup(br.name, cause.line, [], cause.excerpt, detail)
             )

@@ -168,6 +168,49 @@ def test_clean_run_passes(tmp_path: Path):
     assert build_report([d]).exit_code == 1
 
 
+def test_a_run_where_every_benchmark_failed_has_no_score_in_any_format(tmp_path: Path):
+    """The formula gives exp(0) = 1 when nothing was measured; no format may print it."""
+    d = tmp_path / "runs" / "all-failed"
+    write_file(d, "crash.D0", entry("crash"), rc=1, stderr=TRACE)
+    write_file(d, "diverges.D0", entry("diverges"), rates=[1, 2], losses=[1.0, float("nan")])
+    rep = build_report([d])
+    assert rep.score is None and rep.exit_code == 1
+    why = "no benchmark succeeded (2 failed)"
+    assert rep.score_reason == why
+    text = render(rep, "text")
+    assert f"Score:        - ({why})" in text
+    table = text.split("Breakdown\n---------\n")[1].split("\n\n")[0].splitlines()
+    assert all(line.split("|")[-2].strip() == "-" for line in table[1:])  # row scores
+    md = render(rep, "markdown")
+    assert md.startswith(f"## ❌ milabench: FAIL, score - ({why})")
+    data = json.loads(render(rep, "json"))
+    assert (data["score"], data["score_reason"], data["exit_code"]) == (None, why, 1)
+    assert [r["score"] for r in data["benchmarks"]] == [None, None]
+    rows = list(csv.DictReader(io.StringIO(render(rep, "csv"))))
+    assert [r["score"] for r in rows] == ["", ""]
+    html = render(rep, "html")
+    assert f"score - ({why})" in html and "score 1" not in html and "score 0" not in html
+    proc = _cli("report", "--runs", str(d))
+    assert proc.returncode == 1 and f"- ({why})" in proc.stdout
+    # a run that measured something keeps its score; the failed row still has none
+    write_file(d, "ok.D0", entry("ok"), rates=[10.0] * 6)
+    rep = build_report([d])
+    assert rep.score == pytest.approx(math.exp(math.log(11) / 3)) and rep.score_reason is None
+    assert {r["name"]: r["score"] for r in json.loads(render(rep, "json"))["benchmarks"]} == {
+        "crash": None,
+        "diverges": None,
+        "ok": pytest.approx(10.0),
+    }
+
+
+def test_a_suite_whose_measured_benchmarks_weigh_nothing_has_no_score(tmp_path: Path):
+    d = tmp_path / "unweighted"
+    write_file(d, "a.D0", entry("a", weight=0), rates=[10.0] * 6)
+    rep = build_report([d])
+    assert rep.score is None
+    assert rep.score_reason == "no benchmark that measured a rate has a weight (a)"
+
+
 def test_renderers(run_dir: Path):
     rep = build_report([run_dir])
     text = render(rep, "text")
@@ -314,3 +357,15 @@ def test_entries_that_differ_from_upstream_are_named_in_every_format(run_dir: Pa
     assert rows["pg"]["parity"].startswith("different:") and rows["nj"]["parity"] == "same"
     csv_rows = {r["name"]: r for r in csv.DictReader(io.StringIO(render(rep, "csv")))}
     assert csv_rows["pg"]["parity"].startswith("different:") and csv_rows["es"]["parity"] == ""
+
+
+def test_a_cpu_machine_runs_on_no_accelerator(tmp_path: Path):
+    """A per-device process of a CPU run (tag D0) ran on the CPU: its row says ngpu 0,
+    as the System block says n_gpu 0."""
+    d = tmp_path / "cpu"
+    write_file(d, "a.D0", entry("a"), rates=[10.0] * 6)
+    rep = build_report([d])
+    assert rep.bench("a").ngpu == 0 and rep.system["n_gpu"] == 0
+    gpu_meta = {**META, "accelerators": {"arch": "cuda", "gpus": {"0": {"product": "H100"}}}}
+    write_file(tmp_path / "gpu", "a.D0", entry("a"), rates=[10.0] * 6, meta=gpu_meta)
+    assert build_report([tmp_path / "gpu"]).bench("a").ngpu == 1

@@ -203,13 +203,22 @@ WINDOW_IN_WARMUP = {
     "measured_s": 0.0, "mean": None, "ci95": None, "halfwidth": None, "batches": 0,
     "target": 0.02, "met": False, "min_observations": 10, "reason": "ended_in_warmup",
 }  # fmt: skip
+# What a measurement needs with the default window, and what to change (one line each).
+NEEDS = (
+    "(the process ran 1.00 s); a measurement needs 1.00 s to 10.0 s of warm-up "
+    "(measure.warmup_min, warmup_max; the shorter once the step time settles), then 6.00 s "
+    "to 30.0 s of measured steps (measure.min, max): give the script more steps through "
+    "its argv, or end the warm-up before "
+)
 IN_WARMUP = (
-    "the loop ended during warm-up after 0.800 s, before the measured window could begin: "
-    "nothing measured"
+    "nothing measured: the loop ended during warm-up after 0.800 s, before the measured "
+    f"window could begin {NEEDS}0.800 s: --override short.measure.warmup_min=0s "
+    "--override short.measure.warmup_max=0.4s"
 )
 AFTER_WARMUP = (
-    "the script ended as its warm-up finished (after 1.50 s), before the measured window "
-    "could record a step: nothing measured"
+    "nothing measured: the script ended as its warm-up finished after 1.50 s, before the "
+    f"measured window could record a step {NEEDS}1.50 s: --override "
+    "cut.measure.warmup_min=0s --override cut.measure.warmup_max=0.7s"
 )
 
 
@@ -248,7 +257,7 @@ def test_ended_in_warmup_beside_a_measured_process(tmp_path: Path):
     write_file(d, "mx.R3.D0", cfg, rates=[], rc="TIMEOUT")
     br = build_report([d]).bench("mx")
     assert br.summary is not None and br.fail == 2
-    assert br.warnings == [f"mx.R2.D0: {IN_WARMUP}"]
+    assert br.warnings == [f"mx.R2.D0: {IN_WARMUP.replace('short.', 'mx.')}"]
 
 
 def test_fmt_duration():
