@@ -208,6 +208,15 @@ def run(args: argparse.Namespace) -> int:
             "from the CUDA build, not from what you changed",
             file=sys.stderr,
         )
+    same = [r for r in a.runs if r in b.runs]
+    if same:  # never compared silently either: every difference is 0 by construction
+        shown = ", ".join(str(r) for r in same)
+        both = "A and B are" if set(a.runs) == set(b.runs) else "A and B share"
+        print(
+            f"warning: {both} the same run folder{'s' * (len(same) > 1)} ({shown}): "
+            "a run compared with itself shows no difference; give two different runs",
+            file=sys.stderr,
+        )
     cmp = compare_samples(a.samples, b.samples, a_label=a.label, b_label=b.label, **kwargs)
     _write(render(cmp, args.format), args)
     return cmp.exit_code

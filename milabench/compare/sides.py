@@ -21,6 +21,7 @@ class Side:
     samples: dict[str, list[float]]
     label: str
     build: str | None
+    runs: tuple[Path, ...] = ()  # the run folders read (none for a stored run)
 
 
 def folders(spec: str) -> list[Path]:
@@ -42,7 +43,8 @@ def load_side(spec: str, *, store_url: str | None = None, say: Say = to_stderr) 
                                                            say=say)]  # fmt: skip
         label = spec if runs == dirs else ",".join(str(r) for r in runs)
         report = build_report(runs)
-        return Side(samples_of(report), label, report.system.get("build"))
+        resolved = tuple(r.resolve() for r in runs)
+        return Side(samples_of(report), label, report.system.get("build"), resolved)
     if store_url is not None and len(dirs) == 1:
         from milabench.history.store import Store
 

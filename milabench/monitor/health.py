@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -295,8 +296,9 @@ def read_pid_stat(pid: int, proc: str = "/proc") -> PidStat | None:
         return None
 
 
-def scan_processes(proc: str = "/proc") -> dict[int, tuple[str, int]]:
-    """``{pid: (command name, CPU ticks)}`` of every process (vanished ones left out).
+def scan_processes(proc: str = "/proc") -> dict[int, tuple[str, int, int]]:
+    """``{pid: (command name, CPU ticks, CPU ticks of the children it reaped)}`` of every
+    process (vanished ones left out).
 
     Costs one small read per process: the samplers call it only when other processes
     are busy enough to be worth naming."""
@@ -310,7 +312,7 @@ def scan_processes(proc: str = "/proc") -> dict[int, tuple[str, int]]:
             continue
         found = read_pid_stat(int(name), proc)
         if found is not None:
-            out[int(name)] = (found.comm, found.ticks)
+            out[int(name)] = (found.comm, found.ticks, found.cutime + found.cstime)
     return out
 
 
@@ -326,7 +328,7 @@ class HostSnapshot:
     cpus: int
     pressure_us: float | None  # PSI cpu "some" total, microseconds
     swap_pages: int | None  # pswpin + pswpout
-    processes: dict[int, tuple[str, int]] | None = None  # `scan_processes`, when asked
+    processes: dict[int, tuple[str, int, int]] | None = None  # `scan_processes`, if asked
 
 
 def host_snapshot(*, processes: bool = False, proc: str = "/proc") -> HostSnapshot:
@@ -374,6 +376,12 @@ class HostUsage:
     # (command name, processes, CPU-seconds) of the busiest commands (their processes
     # summed: a neighbour's eight workers are one line), when both snapshots scanned
     top: list[tuple[str, int, float]] = field(default_factory=list)
+    # When both snapshots scanned, where ``busy`` went (`host_usage`): every command seen
+    # at the end (`top` are the first of them), and the short-lived processes, gone before
+    # the end: their time is known from the parents that reaped them.
+    named: float | None = None  # CPU-seconds of every process seen at the end
+    commands: int = 0  # command names behind `named`
+    reaped: list[tuple[str, float]] = field(default_factory=list)  # (parent, CPU-seconds)
 
     @property
     def capacity(self) -> float:
@@ -389,7 +397,13 @@ def host_usage(
     before: HostSnapshot, after: HostSnapshot, *, exclude: Iterable[int] = (), top: int = 3
 ) -> HostUsage:
     """The host's CPU use between two snapshots; ``exclude``: pids left out of ``top``
-    (the busiest ``top`` command names, each with its processes' CPU time summed)."""
+    (the busiest ``top`` command names, each with its processes' CPU time summed).
+
+    Accounted for: the processes seen at the end (one born during the sample counts its
+    whole life, all of it inside the sample), and the short-lived ones, born and gone in
+    between, whose time their parent's counters of reaped children gained (grouped by
+    the parent's name); what is left of ``busy`` is the kernel's and that of processes
+    whose parent has not reaped them yet (`HostUsage`)."""
     usage = HostUsage(seconds=max(after.time - before.time, 0.0), cpus=after.cpus)
     if before.cpu is not None and after.cpu is not None:
         usage.busy = max(after.cpu.busy - before.cpu.busy, 0) / CLOCK_TICKS
@@ -401,17 +415,24 @@ def host_usage(
     if before.processes is not None and after.processes is not None:
         skip = set(exclude)
         by_name: dict[str, list[float]] = {}
-        for pid, (comm, ticks) in after.processes.items():
+        reaped: dict[str, float] = {}
+        for pid, (comm, ticks, children) in after.processes.items():
             if pid in skip:
                 continue
             prev = before.processes.get(pid)
-            if prev is None or prev[0] != comm:
-                continue  # new meanwhile: its whole life would count, not this interval
+            if prev is None or ticks < prev[1]:  # born during the sample: its whole life
+                prev = (comm, 0, 0)  # lies inside it (its children's too)
             used = (ticks - prev[1]) / CLOCK_TICKS
             if used > 0:
                 by_name.setdefault(comm, []).append(used)
+            gone = (children - prev[2]) / CLOCK_TICKS
+            if gone > 0:
+                reaped[comm] = reaped.get(comm, 0.0) + gone
         ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))
         usage.top = [(comm, len(used), sum(used)) for comm, used in ranked[:top]]
+        usage.named = math.fsum(math.fsum(used) for used in by_name.values())
+        usage.commands = len(by_name)
+        usage.reaped = sorted(reaped.items(), key=lambda kv: -kv[1])
     return usage
 
 
@@ -477,6 +498,40 @@ def check_governor(root: str = "/sys/devices/system/cpu") -> Finding:
     )
 
 
+def busy_parts(usage: HostUsage, *, floor: float = 0.005) -> list[str]:
+    """Where the other processes' CPU time went, in CPUs, parts that add up to
+    ``usage.busy``: the busiest commands, the other commands together, the short-lived
+    processes (born and gone during the sample: grouped by the parent that reaped them),
+    and what no process accounts for (the kernel, processes not reaped yet). Parts below
+    ``floor`` CPUs are left out (they round to 0.00)."""
+    seconds = usage.seconds
+    if seconds <= 0 or usage.busy is None:
+        return []
+    parts = [
+        f"{command_label(comm, count)} {used / seconds:.2f}"
+        for comm, count, used in usage.top
+        if used / seconds >= floor
+    ]
+    if usage.named is None:  # the processes were not scanned: the busiest alone
+        return parts
+    listed = math.fsum(used for _, _, used in usage.top)
+    rest = usage.named - listed
+    more = usage.commands - len(usage.top)
+    if more > 0 and rest / seconds >= floor:
+        parts.append(f"{more} other command{'s' * (more > 1)} {rest / seconds:.2f}")
+    short = math.fsum(used for _, used in usage.reaped)
+    if short / seconds >= floor:
+        named = [(comm, used) for comm, used in usage.reaped[:3] if used / seconds >= floor]
+        parents = ", ".join(f"{comm} {used / seconds:.2f}" for comm, used in named)
+        if len(named) < len(usage.reaped):
+            parents += ", ..." if parents else "..."
+        parts.append(f"short-lived processes {short / seconds:.2f} (reaped by {parents})")
+    unseen = usage.busy - usage.named - short
+    if unseen / seconds >= floor:
+        parts.append(f"no process {unseen / seconds:.2f} (the kernel, processes not yet reaped)")
+    return parts
+
+
 def host_cpu_findings(usage: HostUsage, pressure_avg60: float | None) -> list[Finding]:
     """Steal, CPU pressure and other processes' CPU use over a sample (`host_usage`)."""
     out: list[Finding] = []
@@ -517,12 +572,9 @@ def host_cpu_findings(usage: HostUsage, pressure_avg60: float | None) -> list[Fi
     else:
         cores = (usage.busy or 0.0) / usage.seconds if usage.seconds > 0 else 0.0
         text = f"other processes busy on {cores:.2f} of {usage.cpus} CPUs ({_pct(others)}) {span}"
-        if usage.top:
-            busiest = ", ".join(
-                f"{command_label(comm, count)} {used / usage.seconds:.2f}"
-                for comm, count, used in usage.top
-            )
-            text += f"; busiest: {busiest}"
+        parts = busy_parts(usage)
+        if parts:
+            text += f": {', '.join(parts)}"
         severity = WARN if others >= OTHERS_WARN else OK
         if severity == WARN:
             text += ": the benchmarks will share the CPUs with them"

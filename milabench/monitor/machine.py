@@ -7,7 +7,8 @@
 and `benchkit.accelerators` only. The record::
 
     {"python": "3.11.7", "executable": "/usr/bin/python3",
-     "cpu": {"count": 64, "brand": "AMD EPYC 7543 32-Core Processor"},
+     "cpu": {"count": 64, "brand": "AMD EPYC 7543 32-Core Processor",
+             "isa": ["avx", "avx2", "fma", ...]},                # `ISA_FLAGS` it has
      "memory": {"total": 1081909821440},                       # bytes, None if unknown
      "os": {"sysname", "nodename", "release", "version", "machine"},
      "accelerators": {"arch": "cuda", "gpus": {"0": device, ...}, "system": {...}}}
@@ -48,6 +49,33 @@ def cpu_brand() -> str:
     return platform.processor() or platform.machine()
 
 
+# The instruction-set extensions that decide CPU results (the kernels torch and oneDNN
+# pick: AVX-512 and AMX for bf16/int8 on x86, SVE and the bf16/i8mm extensions on Arm),
+# as /proc/cpuinfo spells them (x86 ``flags``, Arm ``Features``).
+ISA_FLAGS = (
+    "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
+    "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
+    "amx_fp16", "asimd", "asimdhp", "asimddp", "sve", "sve2", "bf16", "i8mm", "sme",
+)  # fmt: skip
+
+
+def cpu_isa(cpuinfo: str | None = None) -> list[str]:
+    """The `ISA_FLAGS` the CPU has, in that order (the first processor's ``flags`` or
+    ``Features`` line of /proc/cpuinfo); [] when unknown."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return []
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            have = set(value.split())
+            return [flag for flag in ISA_FLAGS if flag in have]
+    return []
+
+
 def memory_total() -> int | None:
     """The machine's memory in bytes (``MemTotal`` of /proc/meminfo), None if unknown."""
     try:
@@ -77,7 +105,7 @@ def machine_facts() -> dict[str, Any]:
     return {
         "python": platform.python_version(),
         "executable": sys.executable,
-        "cpu": {"count": os.cpu_count(), "brand": cpu_brand()},
+        "cpu": {"count": os.cpu_count(), "brand": cpu_brand(), "isa": cpu_isa()},
         "memory": {"total": memory_total()},
         "os": {
             "sysname": uname.sysname,

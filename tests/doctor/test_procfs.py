@@ -4,6 +4,7 @@ files recorded from the development machine (tests/doctor/recorded/README.md).""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -92,3 +93,59 @@ def test_host_findings_never_fail_on_an_ordinary_machine(tmp_path):
     assert "disk" in checks
     assert all(f.severity in health.SEVERITIES and f.reason for f in found)
     assert not [f for f in found if f.severity == health.FAIL and f.check != "disk"]
+
+
+def test_the_busy_line_accounts_for_every_cpu_second_it_reports():
+    """Processes seen at both ends, one born during the sample (its whole life), the
+    short-lived ones (what their parents reaped) and the kernel's rest add up to the busy
+    time of /proc/stat."""
+    tick = health.CLOCK_TICKS
+    cpu0 = health.CpuTimes(0, 0, 0, 0, 0, 0, 0, 0)
+    cpu1 = health.CpuTimes(int(1.9 * tick), 0, 0, 0, 0, 0, 0, 0)  # 1.9 CPU-s over 1 s
+    before = {1: ("make", 0, 0), 2: ("pip", 10, 0), 3: ("sshd", 5, 0), 4: ("bash", 0, 0)}
+    after = {
+        1: ("make", int(0.1 * tick), int(0.8 * tick)),  # reaped 0.8 s of compilers
+        2: ("pip", 10 + int(0.5 * tick), 0),
+        3: ("sshd", 5 + int(0.02 * tick), 0),
+        4: ("bash", int(0.01 * tick), int(0.1 * tick)),
+        9: ("cc1", int(0.3 * tick), 0),  # born during the sample, still running
+    }
+    usage = health.host_usage(
+        health.HostSnapshot(0.0, cpu0, 2, None, None, before),
+        health.HostSnapshot(1.0, cpu1, 2, None, None, after),
+    )
+    assert usage.named == pytest.approx(0.93, abs=0.02) and usage.commands == 5
+    assert [comm for comm, _ in usage.reaped] == ["make", "bash"]
+    [finding] = [f for f in health.host_cpu_findings(usage, None) if f.check == "other_processes"]
+    assert finding.reason == (
+        "other processes busy on 1.90 of 2 CPUs (95%) over 1.0 s: pip 0.50, cc1 0.30, "
+        "make 0.10, 2 other commands 0.03, short-lived processes 0.90 (reaped by make 0.80, "
+        "bash 0.10), no process 0.07 (the kernel, processes not yet reaped): the benchmarks "
+        "will share the CPUs with them"
+    )
+    parts = health.busy_parts(usage)  # each part's CPUs: the number before its details
+    shares = [float(re.search(r"(\d+\.\d\d)(?: \(|$)", part).group(1)) for part in parts]
+    assert len(shares) == 6 and sum(shares) == pytest.approx(1.90, abs=0.011)
+
+
+@pytest.mark.quiet  # its own short-lived processes must get a CPU at once
+def test_short_lived_processes_of_this_machine_are_counted_under_their_parent(tmp_path):
+    """A shell that starts a busy process every 50 ms: each is gone before the second
+    snapshot, and the shell's reaped-children counter shows their time."""
+    hog = tmp_path / "mb-test-spin"
+    shutil.copy("/usr/bin/yes", hog)
+    script = f"while :; do timeout 0.05 {hog} > /dev/null; done"
+    shell = subprocess.Popen(["sh", "-c", script])
+    try:
+        time.sleep(0.3)
+        first = health.host_snapshot(processes=True)
+        time.sleep(1.0)
+        second = health.host_snapshot(processes=True)
+    finally:
+        shell.kill()
+        shell.wait()
+    usage = health.host_usage(first, second, top=50)
+    reaped = dict(usage.reaped)
+    assert reaped.get("sh", 0) >= 5 / health.CLOCK_TICKS, usage.reaped  # it ran (a little)
+    line = ", ".join(health.busy_parts(usage))
+    assert "short-lived processes" in line and "reaped by" in line
