@@ -1,4 +1,4 @@
-"""`milabench fleet` through a network people have (issue 36), on three loopback sshd nodes.
+"""`milabench fleet` through a network people have, on three loopback sshd nodes.
 
 The nodes' sessions have no certificate, proxy or index variable: each node's pip is
 configured only by a configuration file (``PIP_CONFIG_FILE``, set by the node's sshd,
@@ -155,7 +155,7 @@ def netfleet(tmp_path_factory):
 
 @pytest.mark.parametrize("network", ["authority", "proxy", "credentials"])
 def test_nodes_configured_by_a_pip_file_install_and_run(netfleet, network):
-    """The done-when of issue 36: pip's ``cert`` in a file is all the nodes have; the
+    """Pip's ``cert`` in a file is all the nodes have; the
     same through the CONNECT proxy the file names, and from an index that needs the
     credentials of the file's URL."""
     pki = netfleet.pki
