@@ -127,7 +127,15 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     at most `MAX_WORKERS`. Some ordinary tests wait on what is not their worker's CPU (sshd
     sessions, slurmd, the package index, a browser): with one worker a CPU a core then
     idles in stretches (docs/testing.md)."""
-    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) + 1))
+    return max(1, min(MAX_WORKERS, usable_cpus() + 1))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity where the system has one (Linux),
+    else the machine's count (macOS has no ``sched_getaffinity``)."""
+    if (affinity := getattr(os, "sched_getaffinity", None)) is not None:
+        return len(affinity(0))
+    return os.cpu_count() or 1
 
 
 def _slot_files(run: str) -> tuple[Path, Path, Path]:
@@ -153,14 +161,26 @@ def _parallel(config: pytest.Config) -> bool:
     )
 
 
-def configure(config: pytest.Config) -> None:
+# Whether this session runs the system tier (tests/tiers.py), where the quiet and alone
+# tests are: without it they are skipped, and no CPU group is made nor any slot taken.
+_system_tier = False
+
+
+def configure(config: pytest.Config, system_tier: bool = True) -> None:
     """In the session's controller, name the run (xdist's ``--testrunuid``, which the
     workers read as ``PYTEST_XDIST_TESTRUNUID``) so that `pytest_unconfigure` can remove
-    its lock files, and make the idle CPU group of the run (tests/cpuclass.py) when it
-    has workers, unless ``MILABENCH_TEST_BACKGROUND=off``; in a worker, join that group;
-    in every process of the session, and so in everything the tests start,
-    `OPENMP_WAIT` unless the caller chose a policy."""
+    its lock files, and, in a session of the system tier (``system_tier``), make the
+    idle CPU group of the run (tests/cpuclass.py) when it has workers, unless
+    ``MILABENCH_TEST_BACKGROUND=off``; in a worker, join that group; in every process of
+    the session, and so in everything the tests start, `OPENMP_WAIT` unless the caller
+    chose a policy. The portable tier makes no CPU group and reads nothing of Linux.
+    (``system_tier`` defaults to True for a conftest that uses this as its
+    ``pytest_configure``, as tests/ci/test_quiet_rule.py does.)"""
+    global _system_tier
+    _system_tier = system_tier
     os.environ.setdefault(*OPENMP_WAIT)
+    if not system_tier:
+        return
     if _is_worker(config):
         cpuclass.join_background()
         return
@@ -182,6 +202,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _kind(item: pytest.Item) -> str:
+    if not _system_tier:  # the quiet and alone tests are skipped: nothing to keep apart
+        return ""
     if item.get_closest_marker(ALONE) is not None:
         return ALONE
     if item.get_closest_marker(QUIET) is not None:
@@ -193,9 +215,9 @@ def _kind(item: pytest.Item) -> str:
 def machine_slot(kind: str) -> Iterator[None]:
     """An ordinary test (``kind`` "") shares the machine; a `QUIET` one runs in the
     foreground, one at a time, beside the ordinary ones; an `ALONE` one has the machine
-    to itself. Nothing outside an xdist run."""
+    to itself. Nothing outside an xdist run, nor outside the system tier."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not run:
+    if not run or not _system_tier:
         yield
         return
     quiet, turnstile, room = _slot_files(run)

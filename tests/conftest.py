@@ -1,8 +1,9 @@
-"""Shared test set-up: make the small helper modules of `tests/` importable, apply the CI
-rule for skips (the hooks of tests/systemtools.py), the parallel workers' rule (quiet
-tests first, alone tests alone: tests/concurrency.py) and the optional CPU log
-(tests/cputime.py), and find (or install) the headless Chromium the HTML tests draw pages
-with."""
+"""Shared test set-up: make the small helper modules of `tests/` importable, split the
+tests into the portable tier and the system tier (tests/tiers.py: ``--system`` or
+``CI=true`` runs both), apply the CI rule for skips (the hooks of tests/systemtools.py),
+the parallel workers' rule for the system tier (quiet tests first, alone tests alone:
+tests/concurrency.py) and the optional CPU log (tests/cputime.py), and find (or
+install) the headless Chromium the HTML tests draw pages with."""
 
 import sys
 from pathlib import Path
@@ -14,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import concurrency  # noqa: E402
 import cputime  # noqa: E402
 import systemtools  # noqa: E402
+import tiers  # noqa: E402
 from concurrency import (  # noqa: E402, F401  (the hooks are registered by being here)
-    pytest_collection_modifyitems,
     pytest_runtest_protocol,
     pytest_sessionstart,
     pytest_unconfigure,
@@ -28,12 +29,23 @@ from systemtools import (  # noqa: E402, F401  (the hooks are registered by bein
     pytest_runtest_makereport,
     require,
 )
+from tiers import pytest_runtest_setup  # noqa: E402, F401
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    tiers.addoption(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     systemtools.pytest_configure(config)
-    concurrency.configure(config)
+    tiers.configure(config)
+    concurrency.configure(config, system_tier=tiers.selected(config))
     config.pluginmanager.register(cputime, "milabench-cputime")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    concurrency.pytest_collection_modifyitems(config, items)
+    tiers.mark_items(config, items, concurrency.QUIET_FILES | concurrency.ALONE_FILES)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,10 @@ Only `cannot_run_here` skips under CI too: it is for what this kind of machine c
 at all (no cgroup v1 ``cpu`` controller, no private mount namespaces, not root). Every
 such reason is listed in docs/testing.md.
 
+In the portable tier (tests/tiers.py) `require` and `install` fail the test at once: a test
+that needs a system tool belongs to the system tier, which is the only one allowed to
+change the machine.
+
 ``MILABENCH_TEST_INSTALL=never`` turns installs off (the missing tool is then unavailable
 at once): for a machine whose packages must not change, and for the tests of this rule.
 """
@@ -80,6 +84,10 @@ TOOLS: dict[str, Tool] = {
 
 _refreshed = False
 
+# Set by tests/tiers.py when the session runs the portable tier only (that file's path):
+# then no test may ask for a system tool or install one.
+portable_only: str | None = None
+
 
 def strict() -> bool:
     """True under CI, where a missing tool fails the test instead of skipping it."""
@@ -114,6 +122,7 @@ def install(packages: Iterable[str], timeout: float = 900) -> str | None:
     """apt-get install ``packages``; None on success, else why it failed."""
     global _refreshed
     packages = sorted(set(packages))
+    _system_tier_only(f"apt-get install {' '.join(packages)}")
     if os.environ.get("MILABENCH_TEST_INSTALL", "").lower() == "never":
         return "installs are turned off (MILABENCH_TEST_INSTALL=never)"
     if not shutil.which("apt-get"):
@@ -146,10 +155,21 @@ def tool(spec: str | Tool) -> Tool:
         raise KeyError(f"{spec!r} is not in tests/systemtools.py TOOLS: add it there") from None
 
 
+def _system_tier_only(what: str) -> None:
+    """Fail a portable test that asks for a system tool: it belongs to the system tier."""
+    if portable_only:
+        pytest.fail(
+            f"{what}: a test that needs system tools is in the system tier; add it to "
+            f"{portable_only} SYSTEM_PATHS (or mark it system)",
+            pytrace=False,
+        )
+
+
 def require(*specs: str | Tool) -> dict[str, str]:
     """Every tool's path, installing the missing ones first; `unavailable` if one is still
     missing. Names come from `TOOLS`; a `Tool` may be given for a one-off."""
     tools = [tool(s) for s in specs]
+    _system_tier_only(", ".join(t.command for t in tools))
     missing = [t for t in tools if find(t.command) is None]
     why = install(t.package for t in missing) if missing else None
     still = [t for t in missing if find(t.command) is None]
