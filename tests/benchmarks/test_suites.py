@@ -154,11 +154,11 @@ def test_cpu_suite_allocator_settings_stop_page_faults():
 
 def _scripts_named_in_suites() -> dict[str, set[str]]:
     """folder name -> the ``script:`` values entries of the shipped suites give it."""
-    import yaml
+    from milabench.config.yamlio import parse_yaml
 
     out: dict[str, set[str]] = {}
     for suite in CONFIG.glob("*.yaml"):
-        for entry in (yaml.safe_load(suite.read_text()) or {}).values():
+        for entry in (parse_yaml(suite.read_text(), suite) or {}).values():
             if isinstance(entry, dict) and entry.get("script") and entry.get("definition"):
                 folder = (suite.parent / entry["definition"]).resolve().name
                 out.setdefault(folder, set()).add(entry["script"])
