@@ -6,7 +6,11 @@ configured batch (`measure_step`). Per GPU (`Footprint`): weights (whole, or the
 shard under FSDP), gradients and optimiser state of what trains, activations (the peak of
 live tensors of one forward + backward, gradients excluded, recomputed blocks included)
 or, when larger, the temporaries of the optimiser's step, and ``other`` (what the
-parallelism adds, frozen models, caches), plus `GPU_RESERVE`. Per node: every rank's
+parallelism adds, frozen models, caches): the tensors; and what no tensor accounts for, as
+a GPU reports it in use: `GPU_CONTEXT` (plus `NCCL_CONTEXT` on a job of several ranks) and
+`ALLOCATOR_SLACK` of the tensors. The tensors are known within `ESTIMATE_BAND`: an entry
+is skipped only when it cannot fit at the band's low end (`does_not_fit`), and runs with
+a warning when it fits there but not at the high end (`tight_fit`). Per node: every rank's
 `HOST_RUNTIME` plus what it materialises in host memory while it starts or trains;
 DataLoader workers and page cache are not counted. What each part holds, and why the meta
 device: docs/benchmarks.md "Memory: does an entry fit?".
@@ -27,9 +31,25 @@ from typing import Any
 from benchkit.accelerators import fake_gpus
 
 GIB = 2**30
-#: GPU memory no tensor accounts for: CUDA context, cuBLAS/cuDNN workspaces, allocator
-#: fragmentation (about 0.5 GiB of context and 1-2 GiB of slack on an H100).
-GPU_RESERVE = 2 * GIB
+#: GPU memory in use that no tensor of the step accounts for: the CUDA context, the loaded
+#: kernels, cuBLAS's and cuDNN's handles and workspaces. Measured on an H200 (torch 2.11,
+#: nine entries): 0.73-0.76 GiB in use beyond what the caching allocator reserved;
+#: upstream's H100 observations at batch 1 hold 1.25-1.7 GiB beyond the estimate's
+#: tensors, the allocator's first segments included (docs/benchmarks.md).
+GPU_CONTEXT = GIB
+#: What a rank of a job over several GPUs adds to it: NCCL's communicators and buffers
+#: (upstream's H100 at batch 1: lightning-gpus 1.7 GiB over lightning).
+NCCL_CONTEXT = 3 * GIB // 2
+#: The caching allocator's share, as a fraction of the tensors: sizes rounded up to its
+#: blocks, freed blocks kept for reuse (what a GPU reports in use and no tensor holds).
+#: Measured on an H200: reserved over allocated at the peak, 1.04 to 1.13 (nine entries,
+#: 1.09 on average).
+ALLOCATOR_SLACK = 0.08
+#: How far the estimate's tensors may be from what a GPU holds, as ratios (estimate over
+#: measure, once `GPU_CONTEXT` and `ALLOCATOR_SLACK` are taken out): every entry that does
+#: the same work as upstream lands within it against upstream's observations
+#: (tests/benchmarks/test_memory_estimates.py).
+ESTIMATE_BAND = (0.85, 1.15)
 #: Host memory of one rank before it builds anything: interpreter, torch and the CUDA
 #: libraries (about 1.5-2.5 GiB of RSS for a CUDA build of torch).
 HOST_RUNTIME = 2 * GIB
@@ -47,12 +67,15 @@ _STEPS: dict[Any, Any] = {}
 
 #: Optimiser state per trained weight, in units of the weight's own size.
 OPTIMIZER_STATES = {
-    "adamw": 2, "adam": 2, "adamw-foreach": 2, "sgd-momentum": 1, "sgd": 0, "none": 0
+    "adamw": 2, "adam": 2, "adamw-foreach": 2, "adam-foreach": 2, "sgd-momentum": 1,
+    "sgd": 0, "none": 0,
 }  # fmt: skip
 #: Temporaries of the optimiser's step, in units of the trained weights' size: torch's
-#: multi-tensor (foreach) AdamW makes ``sqrt(exp_avg_sq)`` of every tensor at once (the
-#: fused kernels and the CPU's per-tensor loop make none worth counting).
-OPTIMIZER_TEMPORARIES = {"adamw-foreach": 1}
+#: multi-tensor (foreach) Adam and AdamW make ``sqrt(exp_avg_sq)`` of every tensor at
+#: once (the fused kernels and the CPU's per-tensor loop make none worth counting).
+#: ``adam`` and ``adamw`` are the fused kernels; ``torch.optim.Adam(params)`` without
+#: ``fused=True`` runs the foreach ones on a GPU (torch's default there): ``-foreach``.
+OPTIMIZER_TEMPORARIES = {"adamw-foreach": 1, "adam-foreach": 1}
 
 
 def gib(n: float) -> str:
@@ -64,7 +87,8 @@ def gib(n: float) -> str:
 class Footprint:
     """Bytes one GPU and one node need for an entry (the module docstring says what
     each part holds). ``host_startup`` and ``host_run`` are per rank, without
-    `HOST_RUNTIME`; ``ranks_per_node`` processes share the node's host memory."""
+    `HOST_RUNTIME`; ``ranks_per_node`` processes share the node's host memory; ``world``
+    ranks make the job (more than one: NCCL's buffers on every GPU)."""
 
     params: int = 0
     grads: int = 0
@@ -75,17 +99,40 @@ class Footprint:
     host_startup: int = 0
     host_run: int = 0
     ranks_per_node: int = 1
+    world: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
-    def per_gpu(self) -> int:
-        """Everything one GPU holds at the peak of a step, `GPU_RESERVE` included. The
-        optimiser step's temporaries come after the backward has freed the activations:
-        the larger of the two counts."""
+    def tensors(self) -> int:
+        """The tensors one GPU holds at the peak of a step. The optimiser step's
+        temporaries come after the backward has freed the activations: the larger of the
+        two counts."""
         return (
             self.params + self.grads + self.optimizer + self.other
-            + max(self.activations, self.optimizer_step) + GPU_RESERVE
+            + max(self.activations, self.optimizer_step)
         )  # fmt: skip
+
+    @property
+    def context(self) -> int:
+        """`GPU_CONTEXT`, and `NCCL_CONTEXT` when the job has several ranks."""
+        return GPU_CONTEXT + (NCCL_CONTEXT if self.world > 1 else 0)
+
+    def in_use(self, tensors: float) -> int:
+        """The memory a GPU reports in use while it holds ``tensors`` bytes."""
+        return self.context + math.ceil(tensors * (1 + ALLOCATOR_SLACK))
+
+    @property
+    def per_gpu(self) -> int:
+        """What one GPU reports in use at the peak of a step: the tensors, the
+        allocator's share, the context."""
+        return self.in_use(self.tensors)
+
+    @property
+    def per_gpu_range(self) -> tuple[int, int]:
+        """`per_gpu` at the two ends of `ESTIMATE_BAND`: the least and the most the entry
+        may need."""
+        low, high = ESTIMATE_BAND
+        return self.in_use(self.tensors / high), self.in_use(self.tensors / low)
 
     @property
     def host_per_rank(self) -> int:
@@ -109,7 +156,8 @@ class Footprint:
             f"{gib(self.grads)}, optimiser {gib(self.optimizer)}, activations "
             f"{gib(self.activations)}, other {gib(self.other)}, "
             + (f"optimiser step {gib(self.optimizer_step)}, " if self.optimizer_step else "")
-            + f"reserve {gib(GPU_RESERVE)})"
+            + f"context {gib(self.context)}, allocator {gib(self.per_gpu - self.context - self.tensors)}"
+            + f"; band {gib(self.per_gpu_range[0])} to {gib(self.per_gpu_range[1])})"
         )
 
     def host_line(self) -> str:
@@ -125,7 +173,10 @@ class Footprint:
         out = asdict(self)
         out["notes"] = list(self.notes)
         out.update(
+            tensors=self.tensors,
+            context=self.context,
             per_gpu=self.per_gpu,
+            per_gpu_range=list(self.per_gpu_range),
             host_per_rank=self.host_per_rank,
             startup_per_rank=self.startup_per_rank,
             host_per_node=self.host_per_node,
@@ -135,12 +186,29 @@ class Footprint:
 
 def does_not_fit(fp: Footprint, *, gpu_bytes: int | None, host_bytes: int | None) -> str | None:
     """One line saying why ``fp`` does not fit a GPU of ``gpu_bytes`` and a node of
-    ``host_bytes`` (None: not checked), with the numbers; None when it fits."""
-    if gpu_bytes is not None and fp.per_gpu > gpu_bytes:
+    ``host_bytes`` (None: not checked), with the numbers; None when it fits. On the GPU,
+    it does not fit only when even the low end of its range (`ESTIMATE_BAND`) is over
+    the GPU's memory: an estimate errs, and a skipped entry scores nothing."""
+    if gpu_bytes is not None and fp.per_gpu_range[0] > gpu_bytes:
         return f"needs {fp.gpu_line()}, the GPU has {gib(gpu_bytes)} GiB"
     if host_bytes is not None and fp.host_per_node > host_bytes:
         return f"needs {fp.host_line()}, the node has {gib(host_bytes)} GiB"
     return None
+
+
+def tight_fit(fp: Footprint, *, gpu_bytes: int | None) -> str | None:
+    """One line when ``fp`` fits a GPU of ``gpu_bytes`` at the low end of its range but
+    not at the high end (it may run out of memory), with the estimate and the GPU's
+    memory; None otherwise."""
+    if gpu_bytes is None:
+        return None
+    low, high = fp.per_gpu_range
+    if high <= gpu_bytes or low > gpu_bytes:  # fits whatever the error, or does not fit
+        return None
+    return (
+        f"may not fit: needs {fp.gpu_line()}, the GPU has {gib(gpu_bytes)} GiB; "
+        "running (skipped only when the low end is over)"
+    )
 
 
 # -- sizes of modules -------------------------------------------------------------------
@@ -403,6 +471,7 @@ def training_footprint(
         host_startup=host_startup,
         host_run=host_run,
         ranks_per_node=ranks_per_node,
+        world=world,
         notes=tuple(notes),
     )
 
@@ -469,7 +538,9 @@ PROBE_DEPTHS = (2, 3, 4)
 def step_memory(work: Workload, amp: Any, *, fake: bool = True) -> StepMemory:
     """`measure_step` of ``work``'s step under the autocast of ``amp`` (a dtype or None):
     on fake CPU tensors of a ``FakeTensorMode`` (``work`` built on the meta device), or,
-    with ``fake=False``, for real on the tensors ``work`` holds."""
+    with ``fake=False``, for real on the tensors ``work`` holds. Either way the step
+    runs as a GPU runs it (`as_on_gpu`): the GPU's autocast policy, attention through a
+    fused kernel."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -477,13 +548,221 @@ def step_memory(work: Workload, amp: Any, *, fake: bool = True) -> StepMemory:
     if fake:
         mode = FakeTensorMode(allow_non_fake_inputs=True)  # small real tensors welcome
         as_fake_cpu([*work.trained, *work.frozen], mode)
-    with mode:
+    with mode, as_on_gpu():
 
         def step() -> None:
             with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
                 work.step()
 
         return measure_step(step, unique_params(work.trained))
+
+
+# -- a step measured on the CPU as a GPU runs it ------------------------------------------
+
+#: Where a GPU's autocast and the CPU's differ (torch's policies: the CUDA lists of
+#: aten/src/ATen/autocast_mode.h against the CPU's of autocast_mode.cpp), the GPU's
+#: choice for each operator the CPU's autocast leaves alone: ``fp32`` casts every
+#: floating input to float32 (norms, exponentials, powers, interpolation), ``fp32_out``
+#: asks for a float32 result when the first input is floating (softmax, sums), ``promote``
+#: runs at the widest floating type of the inputs, ``low`` casts to the autocast type
+#: (products the CPU does not cast). The CPU runs a softmax or a layer norm of fp16 inputs
+#: in fp16; a GPU in fp32, which doubles what their outputs hold.
+GPU_AUTOCAST: dict[str, tuple[str, ...]] = {
+    "fp32": (
+        "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p",
+        "reciprocal", "rsqrt", "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
+        "pow.Scalar", "softplus", "layer_norm", "native_layer_norm", "group_norm",
+        "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim", "cosine_similarity",
+        "dist", "pdist", "renorm", "logsumexp", "norm.Scalar", "norm.ScalarOpt_dim",
+        "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d",
+        "_upsample_nearest_exact2d", "upsample_nearest3d", "_upsample_nearest_exact3d",
+        "upsample_linear1d", "upsample_bilinear2d", "_upsample_bilinear2d_aa",
+        "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa",
+    ),
+    "fp32_out": (
+        "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
+        "linalg_matrix_norm", "sum", "sum.dim_IntList",
+    ),
+    "promote": (
+        "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "index_put",
+        "tensordot", "scatter_add",
+    ),
+    "low": ("addmv", "addr", "mv", "einsum", "chain_matmul", "linalg_multi_dot"),
+}  # fmt: skip
+
+
+def _gpu_autocast_kernel(op: Any, policy: str) -> Callable[..., Any]:
+    """The CPU autocast kernel of ``op`` (an ``OpOverload``) that applies ``policy`` (a
+    key of `GPU_AUTOCAST`) to its inputs, then runs it without autocast."""
+    import torch
+
+    names = [a.name for a in op._schema.arguments]
+    where = names.index("dtype") if "dtype" in names else len(names)
+    skip = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+
+    def eligible(value: Any) -> bool:
+        return (
+            isinstance(value, torch.Tensor)
+            and value.is_floating_point()
+            and value.dtype is not torch.float64
+        )
+
+    def cast(value: Any, dtype: Any) -> Any:
+        if eligible(value):
+            return value.to(dtype)
+        if isinstance(value, list | tuple):
+            return type(value)(cast(v, dtype) for v in value)
+        return value
+
+    def floats(values: Iterable[Any]) -> Iterator[Any]:
+        for value in values:
+            if isinstance(value, list | tuple):
+                yield from floats(value)
+            elif eligible(value):
+                yield value
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._ExcludeDispatchKeyGuard(skip):
+            if policy == "fp32_out":
+                if args and eligible(args[0]):
+                    if where < len(args):
+                        if args[where] is None:
+                            args = (*args[:where], torch.float32, *args[where + 1 :])
+                    elif kwargs.get("dtype") is None:
+                        kwargs["dtype"] = torch.float32
+                return op(*args, **kwargs)
+            low = torch.get_autocast_dtype("cpu")
+            if policy == "fp32":
+                dtype = torch.float32
+            elif policy == "low":
+                dtype = low
+            else:  # promote: float32 when any floating input is
+                wide = any(t.dtype == torch.float32 for t in floats([args, kwargs.values()]))
+                dtype = torch.float32 if wide else low
+            args = cast(args, dtype)
+            kwargs = {k: cast(v, dtype) for k, v in kwargs.items()}
+            return op(*args, **kwargs)
+
+    return kernel
+
+
+def math_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Any:
+    """Attention as the GPU's math kernel of ``scaled_dot_product_attention`` holds it
+    (the kernel a GPU falls back to): inputs at the autocast type, then in float32 (the
+    kernel's own upcast of fp16 and bf16), scaled, the score matrix, the mask added, its
+    softmax, dropout with a mask of booleans (the GPU's), the product; the result in the
+    inputs' type. The same tensors the GPU keeps for the backward, in the same dtypes."""
+    import torch
+
+    if torch.is_autocast_enabled("cpu"):  # the autocast kernel casts first
+        low = torch.get_autocast_dtype("cpu")
+        query, key, value = (t.to(low) for t in (query, key, value))
+        if isinstance(attn_mask, torch.Tensor) and attn_mask.is_floating_point():
+            attn_mask = attn_mask.to(low)
+    with torch.autocast("cpu", enabled=False):
+        dtype = query.dtype
+        if dtype in (torch.float16, torch.bfloat16):
+            query, key, value = (t.float() for t in (query, key, value))
+        if enable_gqa and key.size(-3) != query.size(-3):
+            groups = query.size(-3) // key.size(-3)
+            key, value = (t.repeat_interleave(groups, -3) for t in (key, value))
+        factor = math.sqrt(scale if scale is not None else 1 / math.sqrt(query.size(-1)))
+        scores = (query * factor) @ (key.transpose(-2, -1) * factor)
+        if is_causal:
+            keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+            scores = scores.masked_fill(~keep, float("-inf"))
+        if isinstance(attn_mask, torch.Tensor):
+            if attn_mask.dtype == torch.bool:
+                scores = scores.masked_fill(~attn_mask, float("-inf"))
+            else:
+                scores.add_(attn_mask)
+        weights = torch.softmax(scores, -1)
+        if dropout_p > 0:
+            weights = torch.native_dropout(weights, dropout_p, True)[0]
+        return (weights @ value).to(dtype)
+
+
+@contextlib.contextmanager
+def as_on_gpu() -> Iterator[None]:
+    """While it is active, a step on CPU tensors (fake or real) holds the tensors the same
+    step holds on a GPU:
+
+    * autocast follows the GPU's policy (`GPU_AUTOCAST`, registered on the CPU's autocast
+      for the time of the measure, then removed);
+    * ``scaled_dot_product_attention`` with dropout runs without it. A GPU runs attention
+      as a fused kernel (flash, memory-efficient, cuDNN) that keeps its output and a
+      log-sum-exp and draws its dropout from a seed; the CPU has a fused kernel only
+      without dropout or a learned bias, and otherwise materialises the attention matrix,
+      its softmax and its dropout mask (twice BERT's activations). Dropout changes no
+      size, so the measure is of the GPU's kernel. A mask whose last dimension is strided
+      (T5's position bias) is taken by no fused kernel: the GPU runs the math kernel,
+      measured as it holds its tensors (`math_attention`);
+    * ``dropout`` keeps a mask of booleans, as the GPU's fused kernel (``native_dropout``)
+      does, where the CPU's keeps one in the input's dtype (four times as large in fp32);
+    * ``backward()`` runs outside autocast, as every benchmark calls it: what a backward
+      recomputes (Reformer's reversible layers) is then in fp32, as on the GPU, while
+      activation checkpointing restores the forward's autocast by itself.
+
+    An operator the installed torch does not have is left out."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    sdpa = torch._C._nn.scaled_dot_product_attention  # torch.nn.functional's
+    dropout = torch.nn.functional.dropout
+    backward = (torch.Tensor.backward, torch.autograd.backward)
+    attention = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+    options = {sdpa: (*attention, "enable_gqa"), dropout: ("input", "p", "training", "inplace")}
+
+    class GpuKernels(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in backward:  # as every benchmark calls it: outside autocast
+                with torch.autocast("cpu", enabled=False):
+                    return func(*args, **(kwargs or {}))
+            names = options.get(func)
+            if names is None:
+                return func(*args, **(kwargs or {}))
+            given = dict(zip(names, args, strict=False), **(kwargs or {}))
+            if func is dropout:
+                p = given.get("p", 0.5)
+                if given.get("training", True) and not given.get("inplace", False) and 0 < p < 1:
+                    return torch.native_dropout(given["input"], p, True)[0]
+                return func(*args, **(kwargs or {}))
+            q, k, v = (given.pop(n) for n in names[:3])
+            mask = given.get("attn_mask")
+            if isinstance(mask, torch.Tensor) and mask.size(-1) > 1 and mask.stride(-1) != 1:
+                # no fused kernel takes a mask whose last dimension is strided (T5's
+                # position bias): the GPU runs the math kernel
+                return math_attention(q, k, v, **given)
+            given.pop("dropout_p", None)
+            if isinstance(mask, torch.Tensor) and mask.requires_grad:
+                # a learned bias: the GPU's memory-efficient kernel takes it, the CPU's
+                # fused one only once it is detached
+                given["attn_mask"] = mask.detach()
+            return func(q, k, v, **given)
+
+    library = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - removed on exit
+    try:
+        for policy, names in GPU_AUTOCAST.items():
+            for name in names:
+                base, _, overload = name.partition(".")
+                try:
+                    op = getattr(getattr(torch.ops.aten, base), overload or "default")
+                except (AttributeError, RuntimeError):
+                    continue
+                library.impl(name, _gpu_autocast_kernel(op, policy), "AutocastCPU")
+        with GpuKernels():
+            yield
+    finally:
+        library._destroy()
 
 
 def by_depth(work: Workload, measure: Callable[[Workload], dict[str, int]]) -> dict[str, int]:
@@ -707,8 +986,10 @@ def skip_unless_it_fits(
     fp: Footprint | Callable[[], Footprint], device: Any, *, label: str = ""
 ) -> Footprint | None:
     """At the start of a benchmark: when ``fp`` does not fit this node's GPU or host
-    memory, say why in one line with the numbers (stderr, and a ``message`` event marked
-    ``skipped: memory`` that the report shows as the entry's skip reason) and exit 0.
+    memory (`does_not_fit`: not even at the low end of the estimate's range), say why in
+    one line with the numbers (stderr, and a ``message`` event marked ``skipped: memory``
+    that the report shows as the entry's skip reason) and exit 0; when it fits only at
+    the low end (`tight_fit`), say so the same way, marked ``warning: memory``, and run.
     Every rank decides the same (same options, identical GPUs); rank 0 writes.
 
     ``fp`` may be a function that estimates it: it is called only on a GPU (or with
@@ -727,6 +1008,15 @@ def skip_unless_it_fits(
             return None
     reason = does_not_fit(fp, gpu_bytes=capacity, host_bytes=host_bytes())
     if reason is None:
+        warning = tight_fit(fp, gpu_bytes=capacity)
+        if warning is not None and os.environ.get("RANK", "0") in ("", "0"):
+            text = f"{label + ': ' if label else ''}{warning}"
+            print(text, file=sys.stderr, flush=True)
+            from benchkit.channel import default_writer
+
+            writer = default_writer()
+            writer.event("message", {"message": text, "warning": "memory", "memory": fp.as_dict()})
+            writer.flush()
         return fp
     text = f"{label + ': ' if label else ''}{reason}"
     if os.environ.get("RANK", "0") in ("", "0"):

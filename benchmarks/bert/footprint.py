@@ -23,4 +23,6 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
         ids = torch.zeros(args.batch_size, args.seq_len, dtype=torch.long)
         return Workload([model], lambda: model(input_ids=ids, labels=ids).loss.backward())
 
-    return estimate(make, precision=args.precision, optimizer="adam", ranks_per_node=ranks_per_node)
+    return estimate(
+        make, precision=args.precision, optimizer="adam-foreach", ranks_per_node=ranks_per_node
+    )

@@ -56,7 +56,7 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
     return estimate(
         make,
         precision=args.precision,
-        optimizer="none" if args.task == "generate" else "adamw",
+        optimizer="none" if args.task == "generate" else "adamw-foreach",
         parallel="ddp" if world > 1 else "none",
         world=world,
         ranks_per_node=ranks_per_node,

@@ -90,5 +90,6 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
         other=4 * shard(n_teacher) + (low * n_teacher if low < 4 else 0) + low * max(units),
         host_startup=4 * n_student,  # built on the host, then moved; the teacher is copied there
         ranks_per_node=ranks_per_node,
+        world=world,
         notes=(f"FSDP SHARD_GRAD_OP over {world} rank(s); fp16 copies gathered: {gathered} bytes",),
     )

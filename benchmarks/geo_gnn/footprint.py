@@ -39,7 +39,7 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
         return estimate(
             make,
             precision=args.precision,
-            optimizer="adam",
+            optimizer="adam-foreach",
             ranks_per_node=ranks_per_node,
             measured_at=(args.batch_size, small),
         )

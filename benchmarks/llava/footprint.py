@@ -1,6 +1,7 @@
 """Memory of a LLaVA entry per GPU and per node (`benchkit.memory`): the model built on
-the meta device in the run's dtype, trained whole with AdamW, and one forward + backward
-of the configured batch measured there: the vision tower on the images, the projector,
+the meta device in the run's dtype, trained whole with AdamW (torch's foreach kernels on
+a GPU: a copy of the weights at the step, larger than the activations), and one forward
++ backward of the configured batch measured there: the vision tower on the images, the projector,
 the text model on the text tokens with the image features in place of the placeholders,
 the LM head and the loss. (The placeholders are put in place by concatenation here: the
 model's own merge looks up their positions in the data, which tensors without data cannot
@@ -52,6 +53,7 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
     """The footprint of ``args`` (main.py's options) on ``world`` ranks."""
     return estimate(
         lambda: workload(args),
+        optimizer="adamw-foreach",  # torch's AdamW without fused=True: foreach on a GPU
         parallel="ddp" if world > 1 else "none",
         world=world,
         ranks_per_node=ranks_per_node,

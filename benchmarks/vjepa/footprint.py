@@ -62,6 +62,7 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
     return estimate(
         lambda: workload(args, sets),
         precision=args.precision,
+        optimizer="adamw-foreach",  # torch's AdamW without fused=True: foreach on a GPU
         parallel="ddp" if world > 1 else "none",
         world=world,
         ranks_per_node=ranks_per_node,

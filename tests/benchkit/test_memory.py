@@ -1,25 +1,32 @@
 """`benchkit.memory`: the live-tensor counter on meta tensors, the step measurement
-(gradients set apart, activation checkpointing seen), the footprint arithmetic of each
-parallelism, the one-line reason. (The start-of-run skip of a real benchmark is in
-tests/benchmarks/test_llm_finetune.py.)"""
+(gradients set apart, activation checkpointing seen, the GPU's autocast, attention and
+dropout kernels), the footprint arithmetic of each parallelism, what a GPU reports in
+use, the skip rule and its warning, the one-line reason. (The start-of-run skip of a
+real benchmark is in tests/benchmarks/test_llm_finetune.py; the estimates against
+upstream's observations in tests/benchmarks/test_memory_estimates.py.)"""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from benchkit import memory
 from benchkit.memory import (
+    ALLOCATOR_SLACK,
+    ESTIMATE_BAND,
     GIB,
-    GPU_RESERVE,
+    GPU_CONTEXT,
     HOST_RUNTIME,
+    NCCL_CONTEXT,
     Footprint,
     LiveBytes,
     StepMemory,
     does_not_fit,
     fake_gpu_bytes,
     measure_step,
+    tight_fit,
     training_footprint,
 )
 
@@ -84,10 +91,12 @@ def test_footprint_arithmetic_per_parallelism():
     one = training_footprint(trained=[model], step=step)
     assert (one.params, one.grads, one.optimizer) == (weights, weights, 2 * weights)
     assert one.activations == 100 * 2**20 and one.other == 0
-    assert one.per_gpu == 4 * weights + 100 * 2**20 + GPU_RESERVE
+    assert one.tensors == 4 * weights + 100 * 2**20 and one.world == 1
+    assert one.per_gpu == GPU_CONTEXT + math.ceil(one.tensors * (1 + ALLOCATOR_SLACK))
     assert one.host_startup == weights  # built on the host, then moved
     ddp = training_footprint(trained=[model], step=step, parallel="ddp", world=8)
     assert ddp.other == weights  # the reducer's buckets
+    assert ddp.context == GPU_CONTEXT + NCCL_CONTEXT and ddp.world == 8
     fsdp = training_footprint(
         trained=[model], step=step, parallel="fsdp", world=8, ranks_per_node=8,
         units=list(model), built_on="meta",
@@ -115,8 +124,8 @@ def test_footprint_arithmetic_per_parallelism():
     big = StepMemory(peak=2**20, grads=weights, retained=0)
     alone = training_footprint(trained=[model], step=big, optimizer="adamw-foreach")
     assert alone.optimizer_step == weights
-    assert alone.per_gpu == 5 * weights + GPU_RESERVE  # the step's copy, not 1 MiB
-    assert "optimiser step 0.0, reserve" in alone.gpu_line()
+    assert alone.tensors == 5 * weights  # the step's copy, not 1 MiB
+    assert "optimiser step 0.0, context 1.0" in alone.gpu_line()
     assert one.optimizer_step == 0 and "optimiser step" not in one.gpu_line()
     with pytest.raises(ValueError, match="parallel 'tp'"):
         training_footprint(trained=[model], step=step, parallel="tp")
@@ -125,17 +134,137 @@ def test_footprint_arithmetic_per_parallelism():
 
 
 def test_reason_is_one_line_with_the_numbers():
-    fp = Footprint(params=60 * GIB, grads=GIB, optimizer=2 * GIB, activations=20 * GIB,
+    fp = Footprint(params=60 * GIB, grads=GIB, optimizer=20 * GIB, activations=20 * GIB,
                    ranks_per_node=8, host_startup=10 * GIB)  # fmt: skip
     reason = does_not_fit(fp, gpu_bytes=80 * GIB, host_bytes=2**40)
     assert reason == (
-        "needs 85.0 GiB per GPU (weights 60.0, gradients 1.0, optimiser 2.0, activations "
-        "20.0, other 0.0, reserve 2.0), the GPU has 80.0 GiB"
+        "needs 110.1 GiB per GPU (weights 60.0, gradients 1.0, optimiser 20.0, activations "
+        "20.0, other 0.0, context 1.0, allocator 8.1; band 95.9 to 129.3), the GPU has 80.0 GiB"
     )
     assert does_not_fit(fp, gpu_bytes=None, host_bytes=2**40) is None
     host = does_not_fit(fp, gpu_bytes=None, host_bytes=64 * GIB)
     assert host.startswith("needs 96.0 GiB of host memory per node (12.0 GiB per rank x 8")
     assert host.endswith("the node has 64.0 GiB") and "\n" not in host
+
+
+def test_an_entry_is_skipped_only_when_the_low_end_does_not_fit():
+    """`per_gpu` is what a GPU reports in use (context, tensors, the allocator's share);
+    the estimate's tensors are known within `ESTIMATE_BAND`: skipped when even the least
+    the entry may need is over the GPU, a warning when only the most is."""
+    fp = Footprint(params=10 * GIB, activations=50 * GIB)
+    low, high = fp.per_gpu_range
+    assert fp.tensors == 60 * GIB and low < fp.per_gpu < high
+    assert low == GPU_CONTEXT + math.ceil(60 * GIB / ESTIMATE_BAND[1] * (1 + ALLOCATOR_SLACK))
+    assert high == GPU_CONTEXT + math.ceil(60 * GIB / ESTIMATE_BAND[0] * (1 + ALLOCATOR_SLACK))
+    for gpu, skipped, warned in [
+        (high, False, False),  # fits whatever the estimate's error
+        (high - 1, False, True),  # may not fit: runs, with a warning
+        (fp.per_gpu - 1, False, True),  # under the central figure: still runs
+        (low, False, True),
+        (low - 1, True, False),  # cannot fit even at the low end: skipped
+    ]:
+        reason = does_not_fit(fp, gpu_bytes=gpu, host_bytes=None)
+        warning = tight_fit(fp, gpu_bytes=gpu)
+        assert (reason is not None, warning is not None) == (skipped, warned), gpu
+    warning = tight_fit(fp, gpu_bytes=fp.per_gpu)
+    assert warning.startswith(f"may not fit: needs {fp.gpu_line()}, the GPU has ")
+    assert tight_fit(fp, gpu_bytes=None) is None
+
+
+def test_a_tight_fit_runs_with_a_warning_naming_the_numbers(monkeypatch, capsys):
+    """At the start of a run: an entry that fits only at the low end of its range is not
+    skipped; rank 0 writes one ``message`` marked ``warning: memory`` with the estimate
+    and the GPU's memory, and the footprint is returned."""
+    events = []
+
+    class Writer:
+        def event(self, name, data):
+            events.append((name, data))
+
+        def flush(self):
+            pass
+
+    import benchkit.channel
+
+    monkeypatch.setattr(benchkit.channel, "default_writer", lambda: Writer())
+    monkeypatch.delenv("RANK", raising=False)
+    fp = Footprint(params=10 * GIB, activations=50 * GIB)
+    monkeypatch.setenv("MILABENCH_FAKE_GPUS", f"cuda:1:{fp.per_gpu // 2**20}")
+    assert memory.skip_unless_it_fits(fp, "cuda", label="big") is fp
+    [(name, data)] = events
+    assert name == "message" and data["warning"] == "memory" and "skipped" not in data
+    assert data["message"].startswith("big: may not fit: needs "), data["message"]
+    assert "the GPU has" in data["message"]
+    assert data["memory"]["per_gpu"] == fp.per_gpu
+    assert capsys.readouterr().err.strip() == data["message"]
+    events.clear()
+    monkeypatch.setenv("MILABENCH_FAKE_GPUS", f"cuda:1:{fp.per_gpu_range[0] // 2**20 - 1}")
+    with pytest.raises(SystemExit) as exit:
+        memory.skip_unless_it_fits(fp, "cuda", label="big")
+    assert exit.value.code == 0 and events[0][1]["skipped"] == "memory"
+
+
+def test_the_step_holds_what_a_gpu_holds():
+    """`as_on_gpu` (every measured step): the GPU's autocast policy where the CPU's
+    differs (a softmax, a layer norm, an exponential of fp16 inputs give fp32), dropout
+    keeping a mask of booleans, attention with dropout through a fused kernel (no
+    ``batch x heads x length x length`` matrix), the backward outside autocast; and
+    nothing of it once the step is over."""
+    f = torch.nn.functional
+    x = torch.randn(4, 8, dtype=torch.float16)
+    with memory.as_on_gpu(), torch.autocast("cpu", dtype=torch.float16):
+        assert torch.softmax(x, -1).dtype == torch.float32
+        assert f.layer_norm(x, (8,)).dtype == torch.float32
+        assert torch.exp(x).dtype == torch.float32 and x.sum().dtype == torch.float32
+        assert torch.addcmul(x, x, x.float()).dtype == torch.float32  # promote
+        assert (x.float() @ x.float().t()).dtype == torch.float16  # as before
+        assert torch.is_autocast_enabled("cpu")
+    with torch.autocast("cpu", dtype=torch.float16):  # the CPU's own policy again
+        assert torch.softmax(x, -1).dtype == torch.float16
+        assert torch.exp(x).dtype == torch.float16
+
+    def dropout_masks(step) -> int:
+        with LiveBytes(meta=False) as live:
+            step()
+        return live.peak
+
+    big = torch.randn(1024, 1024, requires_grad=True)
+    with memory.as_on_gpu():
+        gpu = dropout_masks(lambda: f.dropout(big, 0.1).sum())
+    cpu = dropout_masks(lambda: f.dropout(big, 0.1).sum())
+    # the output and a mask of booleans (and the sum's scalar); the CPU's mask: floats
+    assert 5 * 2**20 <= gpu < 5 * 2**20 + 64 < cpu
+
+    q = torch.randn(2, 4, 256, 16, requires_grad=True)
+    length = 256 * 256 * 2 * 4 * 4  # one fp32 attention matrix: 2 MiB
+
+    def attention(mask=None):
+        def step():
+            f.scaled_dot_product_attention(q, q, q, attn_mask=mask, dropout_p=0.1).sum().backward()
+
+        with memory.as_on_gpu():
+            return dropout_masks(step)
+
+    assert attention() < length  # fused: no matrix kept
+    strided = torch.randn(1, 4, 256, 256).transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert strided.stride(-1) != 1
+    assert attention(strided) > 2 * length  # the math kernel: softmax and dropout kept
+
+    seen = {}
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            seen["autocast"] = torch.is_autocast_enabled("cpu")
+            return g
+
+    with memory.as_on_gpu(), torch.autocast("cpu", dtype=torch.bfloat16):
+        Probe.apply(torch.ones(2, requires_grad=True)).sum().backward()
+    assert seen == {"autocast": False}  # the benchmarks call backward() outside autocast
 
 
 def test_fake_gpu_spec_and_ranks(monkeypatch):
