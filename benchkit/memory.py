@@ -982,6 +982,23 @@ def no_estimate(exc: BaseException, *, label: str = "") -> str:
     return text
 
 
+def record_estimate(fp: Footprint, *, label: str = "") -> None:
+    """Rank 0 records the estimate of an entry that starts: a ``message`` event marked
+    ``estimate: true`` with the footprint under ``memory``, which the report puts beside
+    the peak GPU memory measured (``memory_estimate``). Never fails the run."""
+    if os.environ.get("RANK", "0") not in ("", "0"):
+        return
+    try:
+        from benchkit.channel import default_writer
+
+        text = f"{label + ': ' if label else ''}memory estimate {gib(fp.per_gpu)} GiB per GPU"
+        writer = default_writer()
+        writer.event("message", {"message": text, "estimate": True, "memory": fp.as_dict()})
+        writer.flush()
+    except Exception:  # noqa: BLE001 - a record of the estimate, never a reason to stop
+        pass
+
+
 def skip_unless_it_fits(
     fp: Footprint | Callable[[], Footprint], device: Any, *, label: str = ""
 ) -> Footprint | None:
@@ -1015,8 +1032,11 @@ def skip_unless_it_fits(
             from benchkit.channel import default_writer
 
             writer = default_writer()
-            writer.event("message", {"message": text, "warning": "memory", "memory": fp.as_dict()})
+            data = {"message": text, "warning": "memory", "estimate": True, "memory": fp.as_dict()}
+            writer.event("message", data)
             writer.flush()
+        elif warning is None:
+            record_estimate(fp, label=label)
         return fp
     text = f"{label + ': ' if label else ''}{reason}"
     if os.environ.get("RANK", "0") in ("", "0"):

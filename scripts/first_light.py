@@ -339,7 +339,8 @@ def write_reports(call: Call, *, last: bool = False) -> None:
     rows = summary.read_rows(call.args.out / "report.csv")
     call.state["budget"] = call.args.budget
     call.save()
-    text = summary.render(call.state, rows, folder)
+    upstream = summary.upstream_memory(summary.gpu_names(call.args.out / "machine.json"))
+    text = summary.render(call.state, rows, folder, upstream)
     (call.args.out / "first-light.md").write_text(text)
 
 

@@ -396,6 +396,7 @@ class BenchResult:
     raw_rate: float = math.nan  # before the failure penalty
     score: float = 0.0
     peak_memory: float | None = None
+    memory_estimate: float | None = None  # MiB per GPU, estimated at start (the largest)
     mean_load: float | None = None
     energy: float | None = None  # joules
     energy_source: str | None = None  # "counter" (the devices' energy counters) or "power"
@@ -509,6 +510,8 @@ def _accelerator_stats(br: BenchResult, files: list[FileResult], per_gpu: bool) 
         if sample_power:
             power_by_group[key].append(stats.mean(sample_power))
     br.peak_memory = max(memory) if memory else None
+    estimates = [fr.memory_estimate for fr in files if fr.memory_estimate is not None]
+    br.memory_estimate = max(estimates) / 2**20 if estimates else None
     br.mean_load = stats.mean(loads) if loads else None
     if has_power:
         br.energy = energy

@@ -70,6 +70,7 @@ def breakdown_rows(report: Report) -> list[dict[str, Any]]:
             "min_observations": br.min_observations,
             "peak_rss": _num(br.peak_rss),
             "peak_memory": _num(br.peak_memory),
+            "memory_estimate": _num(br.memory_estimate),
             "mean_load": br.mean_load,
             "energy": br.energy,
             "energy_source": br.energy_source,
@@ -411,6 +412,8 @@ CSV_FIELDS = [
 CSV_OVERHEAD_FIELDS = ["overhead", "overhead_per_step_s"]
 # Appended only when some row declared hardware FLOPs beside its model FLOPs.
 CSV_HARDWARE_FIELDS = ["hardware_flops_per_item", "hardware_tflops", "hfu"]
+# Appended only when some row recorded its start-up memory estimate (MiB, as peak_memory).
+CSV_ESTIMATE_FIELDS = ["memory_estimate"]
 # Appended only when some row recorded interference samples.
 CSV_INTERFERENCE_FIELDS = ["interference", "target_unreachable"]
 
@@ -432,6 +435,7 @@ def render_csv(report: Report) -> str:
     fields = CSV_FIELDS + (CSV_OVERHEAD_FIELDS if has_overhead(rows) else [])
     fields += CSV_HARDWARE_FIELDS if has_hardware_flops(rows) else []
     fields += CSV_INTERFERENCE_FIELDS if has_interference(rows) else []
+    fields += CSV_ESTIMATE_FIELDS if any(r.get("memory_estimate") is not None for r in rows) else []
     writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:

@@ -53,6 +53,8 @@ class FileResult:
     skip_reason: str | None = None
     errors: list[dict] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    # the start-up memory estimate per GPU, bytes (`benchkit.memory.record_estimate`)
+    memory_estimate: float | None = None
     # `message` events marked ``warning`` (a monitor that stopped, ...): shown, never fatal
     recorded_warnings: list[str] = field(default_factory=list)
     format_errors: int = 0
@@ -275,6 +277,11 @@ def read_file(path: Path) -> FileResult:
                 fr.messages.append(str(msg))
                 if isinstance(data, dict) and data.get("warning"):
                     fr.recorded_warnings.append(str(msg))
+            if isinstance(data, dict) and data.get("estimate") is True:
+                memory = data.get("memory")
+                per_gpu = as_float(memory.get("per_gpu")) if isinstance(memory, dict) else None
+                if per_gpu is not None and math.isfinite(per_gpu) and per_gpu > 0:
+                    fr.memory_estimate = per_gpu
             if isinstance(data, dict) and data.get("skipped"):
                 kind_ = data["skipped"] if isinstance(data["skipped"], str) else "capability"
                 note = str(msg).removeprefix("skipped: ") if msg else ""

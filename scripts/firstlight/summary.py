@@ -2,11 +2,14 @@
 
 Per entry: status, wall time, rate with its 95% interval, TFLOPS, MFU against the
 datasheet peak (``config/peaks.yaml``, as the report gives it) and against the bf16
-matmul peak measured in the same call, and the peak GPU memory. Read from the state of
-the call and the run folder's ``report.csv``; rewritten after every entry, so a call
-cut short still says what it measured.
+matmul peak measured in the same call, the peak GPU memory beside the start-up estimate
+(`benchkit.memory`) and upstream milabench's observation on a GPU of the same name at
+the same batch size (``tests/benchmarks/data/upstream_memory.yaml``, read when PyYAML
+is importable). Read from the state of the call, the run folder's ``report.csv`` and
+``machine.json``; rewritten after every entry, so a call cut short still says what it
+measured.
 
-Standard library only.
+Standard library only (PyYAML optional).
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ import json
 from pathlib import Path
 
 from firstlight.selection import PEAK_ENTRY
+
+UPSTREAM_MEMORY = (
+    Path(__file__).resolve().parents[2] / "tests" / "benchmarks" / "data" / "upstream_memory.yaml"
+)
 
 
 def _float(value: object) -> float | None:
@@ -55,13 +62,46 @@ def doctor_failures(run_dir: Path) -> list[str]:
     return out
 
 
+def gpu_names(machine_json: Path) -> list[str]:
+    """The product names of the machine's GPUs (``milabench machine``), [] if unknown."""
+    try:
+        facts = json.loads(machine_json.read_text())
+    except (OSError, ValueError):
+        return []
+    gpus = ((facts.get("accelerators") or {}).get("gpus") or {}).values()
+    return [str(g.get("product") or g.get("name") or "") for g in gpus if isinstance(g, dict)]
+
+
+def upstream_memory(names: list[str], path: Path = UPSTREAM_MEMORY) -> dict[str, float]:
+    """entry -> upstream's largest observed GPU memory (MiB) on a GPU whose short name
+    (H100, H200, L40S, ...) is in one of ``names``; {} without PyYAML or a match."""
+    try:
+        import yaml
+
+        data = yaml.safe_load(path.read_text())
+    except (ImportError, OSError, ValueError):
+        return {}
+    wanted = {g for g in (data.get("gpus") or {}) if any(g in name for name in names)}
+    out: dict[str, float] = {}
+    for entry, info in (data.get("entries") or {}).items():
+        seen = [float(o["memory_mib"]) for o in (info or {}).get("observations") or []
+                if isinstance(o, dict) and o.get("gpu") in wanted and "memory_mib" in o]  # fmt: skip
+        if seen:
+            out[entry] = max(seen)
+    return out
+
+
 def measured_peak(rows: dict[str, dict]) -> float | None:
     """The bf16 matmul's TFLOPS measured in this call (None when it did not run)."""
     return _float(rows.get(PEAK_ENTRY, {}).get("tflops"))
 
 
-def render(state: dict, rows: dict[str, dict], run_dir: Path) -> str:
-    """The Markdown summary (see the module docstring)."""
+def render(
+    state: dict, rows: dict[str, dict], run_dir: Path, upstream: dict[str, float] | None = None
+) -> str:
+    """The Markdown summary (see the module docstring); ``upstream``: entry -> upstream's
+    observed GPU memory (MiB) on this GPU, when known."""
+    upstream = upstream or {}
     peak = measured_peak(rows)
     lines = [
         "# First light",
@@ -70,8 +110,9 @@ def render(state: dict, rows: dict[str, dict], run_dir: Path) -> str:
         f"measured bf16 peak: {num(peak)} TFLOPS",
         "",
         "| entry | status | wall s | rate | 95% interval | units | TFLOPS | MFU % "
-        "(datasheet) | MFU % (measured peak) | peak GPU MiB | note |",
-        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---|",
+        "(datasheet) | MFU % (measured peak) | peak GPU MiB | estimate MiB | upstream MiB "
+        "| note |",
+        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in state.get("entries") or []:
         row = rows.get(entry["name"], {})
@@ -85,7 +126,8 @@ def render(state: dict, rows: dict[str, dict], run_dir: Path) -> str:
             f"{num(_float(row.get('rate')))} | {interval} | {row.get('units') or '-'} | "
             f"{num(tflops)} | {num(mfu * 100 if mfu is not None else None)} | "
             f"{num(100 * tflops / peak if tflops and peak else None)} | "
-            f"{num(peak_mib)} | {entry.get('note', '')} |"
+            f"{num(peak_mib)} | {num(_float(row.get('memory_estimate')))} | "
+            f"{num(upstream.get(entry['name']))} | {entry.get('note', '')} |"
         )
     left = state.get("left_out") or {}
     if left:

@@ -204,6 +204,34 @@ def test_a_tight_fit_runs_with_a_warning_naming_the_numbers(monkeypatch, capsys)
     assert exit.value.code == 0 and events[0][1]["skipped"] == "memory"
 
 
+def test_an_entry_that_fits_records_its_estimate(monkeypatch):
+    """Rank 0 of an entry that fits writes one ``message`` marked ``estimate`` with the
+    footprint, for the report to put beside the peak measured; other ranks write none."""
+    events = []
+
+    class Writer:
+        def event(self, name, data):
+            events.append((name, data))
+
+        def flush(self):
+            pass
+
+    import benchkit.channel
+
+    monkeypatch.setattr(benchkit.channel, "default_writer", lambda: Writer())
+    fp = Footprint(params=1 * GIB, activations=2 * GIB)
+    monkeypatch.setenv("MILABENCH_FAKE_GPUS", "cuda:1:143771")
+    monkeypatch.delenv("RANK", raising=False)
+    assert memory.skip_unless_it_fits(fp, "cuda", label="small") is fp
+    [(name, data)] = events
+    assert name == "message" and data["estimate"] is True and "warning" not in data
+    assert data["memory"]["per_gpu"] == fp.per_gpu
+    assert data["message"] == f"small: memory estimate {memory.gib(fp.per_gpu)} GiB per GPU"
+    events.clear()
+    monkeypatch.setenv("RANK", "1")
+    assert memory.skip_unless_it_fits(fp, "cuda", label="small") is fp and events == []
+
+
 def test_the_step_holds_what_a_gpu_holds():
     """`as_on_gpu` (every measured step): the GPU's autocast policy where the CPU's
     differs (a softmax, a layer norm, an exponential of fp16 inputs give fp32), dropout

@@ -168,6 +168,27 @@ def test_clean_run_passes(tmp_path: Path):
     assert build_report([d]).exit_code == 1
 
 
+def test_the_start_up_estimate_stands_beside_the_peak_measured(tmp_path: Path):
+    """The ``estimate`` message of `benchkit.memory` (bytes per GPU) becomes the row's
+    ``memory_estimate`` in MiB, beside ``peak_memory``; the CSV column is appended only
+    when some row has one."""
+    d = tmp_path / "runs" / "est"
+    estimate = {"event": "message", "data": {"message": "memory estimate 3.0 GiB per GPU",
+                                             "estimate": True, "memory": {"per_gpu": 3 * 2**30}}}  # fmt: skip
+    write_file(d, "a.D0", entry("a"), rates=[10, 11, 12], gpudata=[gpu(3000, 0.9, 100)],
+               extra=[estimate])  # fmt: skip
+    write_file(d, "b.D0", entry("b"), rates=[10, 11, 12], gpudata=[gpu(2000, 0.9, 100)])
+    rep = build_report([d])
+    assert rep.bench("a").memory_estimate == 3072 and rep.bench("b").memory_estimate is None
+    rows = {r["name"]: r for r in json.loads(render(rep, "json"))["benchmarks"]}
+    assert rows["a"]["memory_estimate"] == 3072 and rows["a"]["peak_memory"] == 3000
+    header, *lines = list(csv.reader(io.StringIO(render(rep, "csv"))))
+    assert header[-1] == "memory_estimate"
+    write_file(tmp_path / "runs" / "none", "b.D0", entry("b"), rates=[10, 11, 12])
+    bare = list(csv.reader(io.StringIO(render(build_report([tmp_path / "runs" / "none"]), "csv"))))
+    assert "memory_estimate" not in bare[0]
+
+
 def test_a_run_where_every_benchmark_failed_has_no_score_in_any_format(tmp_path: Path):
     """The formula gives exp(0) = 1 when nothing was measured; no format may print it."""
     d = tmp_path / "runs" / "all-failed"

@@ -22,7 +22,7 @@ SCRIPT = ROOT / "scripts" / "first_light.py"
 SMOKE = ROOT / "config" / "standard-smoke.yaml"
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from firstlight import procs, selection, setup  # noqa: E402
+from firstlight import procs, selection, setup, summary  # noqa: E402
 
 
 def first_light(out: Path, *args: str, config: Path = SMOKE, python: str = sys.executable,
@@ -103,6 +103,21 @@ def test_install_failures_are_read_from_the_install_table():
         "torch": "validate: No module named 'torchvision'",
         "jax": "failed",
     }
+
+
+def test_the_summary_puts_peak_memory_beside_estimate_and_upstream(tmp_path):
+    """The summary's memory columns: the report's peak and start-up estimate, and
+    upstream's observation on a GPU of the machine's name (from the recorded data)."""
+    machine = tmp_path / "machine.json"
+    machine.write_text(json.dumps({"accelerators": {"gpus": {"0": {"product": "NVIDIA H200"}}}}))
+    upstream = summary.upstream_memory(summary.gpu_names(machine))
+    assert upstream["bert-tf32-fp16"] > 10_000 and summary.upstream_memory(["cpu"]) == {}
+    state = {"entries": [{"name": "bert-tf32-fp16", "status": "done", "seconds": 30}]}
+    rows = {"bert-tf32-fp16": {"rate": "500", "peak_memory": "15100", "memory_estimate": "16000"}}
+    text = summary.render(state, rows, tmp_path, upstream)
+    assert "| peak GPU MiB | estimate MiB | upstream MiB |" in text
+    line = next(x for x in text.splitlines() if x.startswith("| bert-tf32-fp16 |"))
+    assert f"| 15100 | 16000 | {upstream['bert-tf32-fp16']:.0f} |" in line
 
 
 # ------------------------------------------------------------- processes and the budget
