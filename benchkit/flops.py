@@ -157,17 +157,9 @@ def count_flops(step: Callable[[], Any]) -> int:
 def not_counted(exc: BaseException) -> str:
     """One line on stderr (rank 0): the FLOPs of the step could not be counted with this
     torch, so nothing is declared (no TFLOPS or MFU in the report); returns it."""
-    try:
-        import torch
+    from benchkit.torchsetup import version_cause
 
-        version = f"torch {torch.__version__}"
-    except Exception:  # noqa: BLE001 - only for the note
-        version = "torch ?"
-    first = (str(exc).strip().splitlines() or [""])[0][:200]
-    text = (
-        f"FLOPs not counted ({version}: {type(exc).__name__}"
-        f"{': ' + first if first else ''}); no TFLOPS or MFU for this run"
-    )
+    text = f"FLOPs not counted ({version_cause(exc)}); no TFLOPS or MFU for this run"
     if _is_rank0():
         print(text, file=sys.stderr, flush=True)
     return text

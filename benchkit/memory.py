@@ -958,16 +958,11 @@ def no_estimate(exc: BaseException, *, label: str = "") -> str:
     lists): the estimate leans on private torch APIs (``torch._subclasses``' fake
     tensors, ``torch.utils._python_dispatch``) that a torch other than the pinned one
     may have changed, which must cost the estimate, never the run. Returns the line."""
-    try:
-        import torch
+    from benchkit.torchsetup import version_cause
 
-        version = f"torch {torch.__version__}"
-    except Exception:  # noqa: BLE001 - only for the note
-        version = "torch ?"
-    first = (str(exc).strip().splitlines() or [""])[0][:200]
     text = (
-        f"{label + ': ' if label else ''}no memory estimate ({version}: "
-        f"{type(exc).__name__}{': ' + first if first else ''}); running without it"
+        f"{label + ': ' if label else ''}no memory estimate ({version_cause(exc)}); "
+        "running without it"
     )
     print(text, file=sys.stderr, flush=True)
     if os.environ.get("RANK", "0") in ("", "0"):

@@ -220,3 +220,16 @@ def teardown_distributed() -> None:
     if dist.is_available() and dist.is_initialized():
         gc.collect()
         dist.destroy_process_group()
+
+
+def version_cause(exc: BaseException) -> str:
+    """``torch X: Type: first line`` of an error raised by torch's private APIs: what a
+    one-line note says when a figure (a FLOP count, a memory estimate) is given up."""
+    try:
+        import torch
+
+        version = f"torch {torch.__version__}"
+    except Exception:  # noqa: BLE001 - only for the note
+        version = "torch ?"
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{version}: {type(exc).__name__}{': ' + first if first else ''}"

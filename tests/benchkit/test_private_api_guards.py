@@ -70,6 +70,9 @@ def test_a_failed_memory_estimate_is_one_note_and_no_estimate(breakage, monkeypa
     args = flops_args()
     assert isinstance(memory.check_memory(str(FLOPS / "main.py"), args, "cpu"), memory.Footprint)
     assert capsys.readouterr().err == ""  # the guard hides nothing when the estimate works
+    [(name, data)] = writer.events  # the estimate of an entry that starts, recorded
+    assert name == "message" and data["estimate"] is True
+    writer.events.clear()
 
     breakage(monkeypatch)
     assert memory.check_memory(str(FLOPS / "main.py"), args, "cpu") is None
