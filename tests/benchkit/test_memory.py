@@ -171,11 +171,11 @@ def test_an_entry_is_skipped_only_when_the_low_end_does_not_fit():
     assert tight_fit(fp, gpu_bytes=None) is None
 
 
-def test_a_tight_fit_runs_with_a_warning_naming_the_numbers(monkeypatch, capsys):
-    """At the start of a run: an entry that fits only at the low end of its range is not
-    skipped; rank 0 writes one ``message`` marked ``warning: memory`` with the estimate
-    and the GPU's memory, and the footprint is returned."""
-    events = []
+def recorded_events(monkeypatch) -> list[tuple[str, object]]:
+    """The events benchkit's channel receives from here on, as (name, data) pairs."""
+    import benchkit.channel
+
+    events: list[tuple[str, object]] = []
 
     class Writer:
         def event(self, name, data):
@@ -184,9 +184,15 @@ def test_a_tight_fit_runs_with_a_warning_naming_the_numbers(monkeypatch, capsys)
         def flush(self):
             pass
 
-    import benchkit.channel
-
     monkeypatch.setattr(benchkit.channel, "default_writer", lambda: Writer())
+    return events
+
+
+def test_a_tight_fit_runs_with_a_warning_naming_the_numbers(monkeypatch, capsys):
+    """At the start of a run: an entry that fits only at the low end of its range is not
+    skipped; rank 0 writes one ``message`` marked ``warning: memory`` with the estimate
+    and the GPU's memory, and the footprint is returned."""
+    events = recorded_events(monkeypatch)
     monkeypatch.delenv("RANK", raising=False)
     fp = Footprint(params=10 * GIB, activations=50 * GIB)
     monkeypatch.setenv("MILABENCH_FAKE_GPUS", f"cuda:1:{fp.per_gpu // 2**20}")
@@ -207,18 +213,7 @@ def test_a_tight_fit_runs_with_a_warning_naming_the_numbers(monkeypatch, capsys)
 def test_an_entry_that_fits_records_its_estimate(monkeypatch):
     """Rank 0 of an entry that fits writes one ``message`` marked ``estimate`` with the
     footprint, for the report to put beside the peak measured; other ranks write none."""
-    events = []
-
-    class Writer:
-        def event(self, name, data):
-            events.append((name, data))
-
-        def flush(self):
-            pass
-
-    import benchkit.channel
-
-    monkeypatch.setattr(benchkit.channel, "default_writer", lambda: Writer())
+    events = recorded_events(monkeypatch)
     fp = Footprint(params=1 * GIB, activations=2 * GIB)
     monkeypatch.setenv("MILABENCH_FAKE_GPUS", "cuda:1:143771")
     monkeypatch.delenv("RANK", raising=False)
