@@ -80,7 +80,9 @@ def test_formats_and_output(tmp_path, fleet_runs):
             HTMLParser().feed(text)
             assert text.startswith("<!DOCTYPE html>") and "<script" not in text
         else:
-            assert "| node2 | 8" in text and "SLOW" in text
+            # the rate itself is measured (about 800 items/s here, less under load)
+            rows = [r for r in text.splitlines() if r.startswith("| node2 | ") and "SLOW" in r]
+            assert rows and "x) SLOW" in rows[0], text
 
 
 def test_baseline_round_trip(tmp_path, fleet_runs):
