@@ -181,7 +181,7 @@ def _write(text: str, args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from milabench.compare import render
     from milabench.compare.comparison import compare_samples
-    from milabench.compare.sides import load_side
+    from milabench.compare.sides import coverage_warnings, load_side
     from milabench.errors import UsageError
     from milabench.report.locate import expand_run_folder, has_run_data, latest_runs
 
@@ -208,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
             "from the CUDA build, not from what you changed",
             file=sys.stderr,
         )
+    for line in coverage_warnings(a, b):  # scores over different entries: never silently
+        print(line, file=sys.stderr)
     same = [r for r in a.runs if r in b.runs]
     if same:  # never compared silently either: every difference is 0 by construction
         shown = ", ".join(str(r) for r in same)

@@ -419,6 +419,8 @@ class BenchResult:
     reason: str | None = None
     # the suite entry's `parity` ("same" / "different: <why>", docs/parity.md), or None
     parity: str | None = None
+    # the `inputs` record of its rank 0 (docs/inputs.md): upstream's inputs or a stand-in
+    inputs: dict | None = None
     phase: str = "run"
     # How good the number is (docs/measurement.md): over the successful files.
     observations: int = 0
@@ -591,6 +593,7 @@ def aggregate_benchmark(br: BenchResult, peaks: PeakTable | None = None) -> Benc
     br.fail = br.n - len(ok)
     per_gpu = br.plan_method == "per_gpu" or any(fr.device is not None for fr in files)
     br.ngpu = count_devices(active)
+    br.inputs = next((fr.inputs for fr in files if fr.inputs), None)
     br.units = next((fr.units for fr in ok if fr.units), None)
     pooled = [r for fr in ok for r in fr.rates]
     br.samples = stats.trim(pooled)

@@ -17,6 +17,7 @@ from milabench.report.build import Report
 from milabench.report.numbers import fmt_pct, fmt_sig
 from milabench.report.render_tables import (
     breakdown_rows,
+    comparison_headline,
     doctor_lines,
     fmt_halfwidth,
     parity_lines,
@@ -86,6 +87,11 @@ def _section(title: str, lines: list[str]) -> list[Markup]:
     if not lines:
         return []
     return [el("h2", title), bullets(lines, class_="warnings")]
+
+
+def _comparison(report: Report) -> list[str]:
+    headline = comparison_headline(report)
+    return ([headline] if headline else []) + parity_lines(report)
 
 
 def _breakdown(report: Report) -> Markup:
@@ -163,7 +169,7 @@ def render_html(report: Report) -> str:
         el("h2", "Breakdown"),
         _breakdown(report),
         *_section("Warnings", warning_lines(report)),
-        *_section("Not comparable with upstream milabench", parity_lines(report)),
+        *_section("Comparison with upstream milabench", _comparison(report)),
         *_section("Machine at the start (milabench doctor)", doctor_lines(report)),
         el(
             "div",

@@ -20,6 +20,7 @@ from typing import Any
 from milabench.report.aggregate import fmt_overhead
 from milabench.report.build import Report
 from milabench.report.numbers import MISSING, fmt_bytes, fmt_pct, fmt_seconds, fmt_sig
+from milabench.report.upstream import UPSTREAM_WEIGHTED, comparability, stand_in_reason
 
 COLUMNS = [
     "bench", "fail", "n", "ngpu", "perf", "95% CI", "obs", "warm-up", "measured", "target",
@@ -265,14 +266,42 @@ def warning_lines(report: Report) -> list[str]:
     return [f"{name}: {text}" for name, text in report.warnings]
 
 
+def comparison_headline(report: Report) -> str | None:
+    """``14 of 25 comparable with upstream milabench v1.3.2``: how many of upstream's
+    weighted entries this run measured with upstream's work and inputs; None when the
+    run holds none of them (`milabench.report.upstream`)."""
+    comp = comparability(report.benchmarks)
+    return comp.headline() if comp is not None else None
+
+
 def parity_lines(report: Report) -> list[str]:
-    """``bench: reason`` for every entry that does other work than upstream milabench's
-    entry of the same name (its ``parity: "different: ..."``; docs/parity.md)."""
-    out = []
+    """``bench: reason`` for each of upstream's weighted entries that is not comparable
+    (those not in the run on one line), the `-gpus` entries that ran on one GPU, and any
+    other entry that does other work than upstream's entry of the same name (its
+    ``parity: "different: ..."``) or ran a stand-in (docs/parity.md, docs/inputs.md)."""
+    comp = comparability(report.benchmarks)
+    out: list[str] = []
+    listed: set[str] = set()
+    if comp is not None:
+        absent = [name for name, reason in comp.others if reason == "not in this run"]
+        for name, reason in comp.others:
+            if reason != "not in this run":
+                out.append(f"{name}: {reason}")
+        if absent:
+            out.append("not in this run: " + ", ".join(absent))
+        if comp.one_gpu:
+            out.append(
+                "ran on 1 GPU (as upstream runs them on a 1-GPU node): " + ", ".join(comp.one_gpu)
+            )
+        listed = {name for name, _ in comp.others}
     for br in report.benchmarks:
+        if br.name in listed or br.name in UPSTREAM_WEIGHTED:
+            continue
         if br.parity and br.parity.lower().startswith("different"):
             reason = br.parity.partition(":")[2].strip() or "different work"
             out.append(f"{br.name}: {reason}")
+        elif stand_in_reason(br.inputs):
+            out.append(f"{br.name}: {stand_in_reason(br.inputs)}")
     return out
 
 
@@ -317,9 +346,10 @@ def render_text(report: Report) -> str:
     if warnings:
         lines += [""] + _title("Warnings")
         lines += [f"  ~ {w}" for w in warnings]
-    different = parity_lines(report)
-    if different:
-        lines += [""] + _title("Not comparable with upstream milabench")
+    headline, different = comparison_headline(report), parity_lines(report)
+    if headline or different:
+        lines += [""] + _title("Comparison with upstream milabench")
+        lines += [f"  {headline}"] if headline else []
         lines += [f"  ≠ {d}" for d in different]
     machine = doctor_lines(report)
     if machine:
@@ -376,9 +406,10 @@ def render_markdown(report: Report) -> str:
     if warnings:
         out += ["", "**Warnings**", ""]
         out.extend(f"* {_md_escape(w)}" for w in warnings)
-    different = parity_lines(report)
-    if different:
-        out += ["", "**Not comparable with upstream milabench** (docs/parity.md)", ""]
+    headline, different = comparison_headline(report), parity_lines(report)
+    if headline or different:
+        out += ["", "**Comparison with upstream milabench** (docs/parity.md)", ""]
+        out += [_md_escape(headline), ""] if headline else []
         out.extend(f"* {_md_escape(d)}" for d in different)
     machine = doctor_lines(report)
     if machine:
@@ -475,7 +506,14 @@ def report_dict(report: Report) -> dict[str, Any]:
             for g in report.errors
         ],
         "doctor": [{"run": run, **f.as_dict()} for run, f in report.doctor],
+        # upstream's weighted entries this run can be compared on (null: none in the run)
+        "upstream": _upstream_dict(report),
     }
+
+
+def _upstream_dict(report: Report) -> dict[str, Any] | None:
+    comp = comparability(report.benchmarks)
+    return comp.as_dict() if comp is not None else None
 
 
 def render_json(report: Report) -> str:

@@ -55,6 +55,8 @@ class FileResult:
     messages: list[str] = field(default_factory=list)
     # the start-up memory estimate per GPU, bytes (`benchkit.memory.record_estimate`)
     memory_estimate: float | None = None
+    # which of upstream's inputs the benchmark used (`benchshared.inputs.announce`)
+    inputs: dict | None = None
     # `message` events marked ``warning`` (a monitor that stopped, ...): shown, never fatal
     recorded_warnings: list[str] = field(default_factory=list)
     format_errors: int = 0
@@ -218,6 +220,8 @@ def _record(fr: FileResult, rec: dict) -> None:
         fr.interference.append((t, rec["interference"]))
     if isinstance(rec.get("overhead"), dict):
         fr.overhead = rec["overhead"]
+    if task == "inputs" and isinstance(rec.get("inputs"), dict):
+        fr.inputs = rec["inputs"]
     if isinstance(rec.get("golden"), dict):
         fr.golden.append(rec["golden"])
     if fr.flops is None and "flops_per_item" in rec:
