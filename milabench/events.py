@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -83,16 +84,35 @@ _AUTH_HEADER = re.compile(
 )
 
 
+# A Hugging Face access token (``hf_`` and 30 or more letters or digits), however printed.
+_HUB_TOKEN = re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}")
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of `_ALWAYS_SECRET` variables set in ``environ`` (default: this
+    process's environment), longest first; values under 8 characters are left out."""
+    env = os.environ if environ is None else environ
+    found = {env[name] for name in _ALWAYS_SECRET if len(env.get(name) or "") >= 8}
+    return sorted(found, key=len, reverse=True)
+
+
 def redact_text(text: str) -> str:
     """``text`` with the secrets milabench recognises in free text replaced by REDACTED.
 
     URL credentials (`redact_url`), the value of ``--token X`` / ``--token=X`` (also
     ``--password``, ``--api-key``, ``--secret``, ``--hf-token``...) and of
-    ``Authorization: Bearer X`` / ``Basic X`` headers. Applied to every output line of a
-    process (``line`` events, hence run files and the terminal) and to every string of
-    the records milabench writes.
+    ``Authorization: Bearer X`` / ``Basic X`` headers, Hugging Face tokens (``hf_...``)
+    and the values of ``HF_TOKEN`` / ``MILABENCH_HF_TOKEN`` of this process's environment
+    (which every prepare and run process inherits), wherever they appear. Applied to every
+    output line of a process (``line`` events, hence run files and the terminal) and to
+    every string of the records milabench writes.
     """
     text = redact_url(text)
+    for value in secret_values():
+        if value in text:
+            text = text.replace(value, REDACTED)
+    if "hf_" in text:
+        text = _HUB_TOKEN.sub(REDACTED, text)
     lowered = text.lower()
     if "-" in text and any(w in lowered for w in _TEXT_WORDS):
         text = _SECRET_OPTION_TEXT.sub(lambda m: m.group("flag") + m.group("sep") + REDACTED, text)

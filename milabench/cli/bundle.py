@@ -2,12 +2,15 @@
 
     milabench bundle --output DIR [--config F] [--select ...] [--variant V]
                      [--python-version 3.11] [--platform x86_64-manylinux_2_28]
-                     [--no-milabench | --only-milabench] [--verbose]
+                     [--no-milabench | --only-milabench] [--no-inputs | --inputs NAMES]
+                     [--verbose]
 
 Run it where the package registries are reachable; copy DIR (and the repository) to the
-node, then ``milabench install --offline DIR``. Exit code 0 when the wheelhouse is
-complete (its ``manifest.json`` written), 1 when a part could not be resolved or
-downloaded (the line names the package).
+node, then ``milabench install --offline DIR``. The selected entries' real inputs that
+``milabench prepare`` fetched here travel in ``DIR/inputs`` (``--inputs`` picks some,
+``--no-inputs`` none; docs/inputs.md) and are placed in the node's data folder by the
+offline install. Exit code 0 when the wheelhouse is complete (its ``manifest.json``
+written), 1 when a part could not be resolved or downloaded (the line names the package).
 """
 
 from __future__ import annotations
@@ -69,6 +72,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option(
         parser,
+        "no-inputs",
+        dest="with_inputs",
+        action="store_false",
+        default=True,
+        help="leave the prepared real inputs (data sets, tokenizers, weights) out",
+    )
+    parser.add_argument(
+        "--inputs",
+        dest="inputs",
+        action="append",
+        default=None,
+        metavar="NAMES",
+        help="carry only these prepared inputs (comma-separated catalogue names; default: "
+        "every input of the selected entries prepared here)",
+    )
+    add_option(
+        parser,
         "verbose",
         action="store_true",
         default=False,
@@ -81,19 +101,29 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from milabench.cli.common import ensure_writable, load_suite_from_args
-    from milabench.envs.bundle import Target, make_bundle, summary
+    from milabench.envs.bundle import (
+        Target,
+        bundle_inputs,
+        data_folders,
+        entry_inputs,
+        make_bundle,
+        summary,
+    )
     from milabench.envs.groups import build_groups
     from milabench.errors import UsageError
 
     if args.only_milabench and not args.with_milabench:
         raise UsageError("--only-milabench and --no-milabench leave nothing to bundle")
+    if args.inputs and not args.with_inputs:
+        raise UsageError("--inputs and --no-inputs contradict each other")
     target = Target.parse(args.python_version, args.platform)
     suite = load_suite_from_args(args)
     entries = [] if args.only_milabench else list(suite.entries.values())
     if args.variant:
         entries = [dataclasses.replace(e, install_variant=args.variant) for e in entries]
     groups = build_groups(entries, suite.system) if entries else []
-    if not groups and not args.with_milabench:
+    carry_inputs = args.with_inputs and (bool(args.inputs) or not args.only_milabench)
+    if not groups and not args.with_milabench and not carry_inputs:
         print("nothing to bundle: no benchmark selected")
         return 0
     runs = suite.base / "runs"
@@ -108,6 +138,22 @@ def run(args: argparse.Namespace) -> int:
         "exclude": names(args.exclude),
         "variant": args.variant,
     }
+    carried: dict[str, dict] = {}
+    if carry_inputs:
+        selected = list(suite.entries.values())
+        wanted = entry_inputs(selected)
+        chosen = names(args.inputs) if args.inputs else wanted
+        from benchshared.catalogue import CATALOGUE
+
+        unknown = [n for n in chosen if n not in CATALOGUE]
+        if unknown:
+            raise UsageError(
+                f"--inputs: {', '.join(unknown)} not in the catalogue "
+                f"(known: {', '.join(CATALOGUE)})"
+            )
+        carried, missing = bundle_inputs(Path(args.output), chosen, data_folders(selected))
+        for name in missing:
+            print(f"note: input {name} is not prepared here (run 'milabench prepare'): not carried")
     results, logs, manifest = make_bundle(
         groups,
         suite.system,
@@ -116,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         target,
         with_milabench=args.with_milabench,
         origin=origin,
+        real_inputs=carried,
         echo=args.verbose,
     )
     print(summary(results, manifest, Path(args.output).absolute()))

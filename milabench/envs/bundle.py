@@ -6,6 +6,7 @@ selection, an install variant, a Python version and a platform::
     <wheelhouse>/wheels/*.whl                   every wheel the selection installs
     <wheelhouse>/requirements/<group>.txt       the pins of each install group
     <wheelhouse>/requirements/milabench.txt     milabench's own dependencies (+ setuptools)
+    <wheelhouse>/inputs/<name>/                 prepared real inputs (docs/inputs.md)
     <wheelhouse>/manifest.json                  what it is for, and each file's sha256
 
 Each group's pins are compiled with ``uv pip compile`` from the group's own requirement
@@ -21,6 +22,12 @@ the bundled pins as constraints, after checking that the wheelhouse is complete:
 file of the manifest present with its sha256, this Python version and machine, each
 group bundled with the same requirement files and variant. A missing or damaged wheel
 is one line naming the package.
+
+Real inputs (data sets, tokenizers, weights of ``benchshared.catalogue``) travel too:
+`bundle_inputs` copies the prepared input folders (``<data>/inputs/<name>/``, as
+``benchshared.inputs.locate`` accepts them) into ``inputs/``, and `place_inputs` puts
+them, checked file by file against their own manifests, where ``locate`` finds them on
+the node (the selected entries' data folders), before the install.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from milabench.envs.backends import Backend, backend_name, pip_command
 from milabench.envs.groups import InstallGroup
@@ -50,6 +58,8 @@ from milabench.plan.spec import ProcessSpec
 FORMAT = 1
 MANIFEST = "manifest.json"
 WHEELS = "wheels"
+INPUTS = "inputs"
+INPUT_MANIFEST = "milabench-input.json"  # benchshared.inputs.MANIFEST
 REQUIREMENTS = "requirements"
 MILABENCH = "milabench"
 #: build backend of ``pip install -e <repository>`` (pyproject.toml's build-system)
@@ -359,13 +369,15 @@ def make_bundle(
     *,
     with_milabench: bool = True,
     origin: dict | None = None,
+    real_inputs: dict[str, dict] | None = None,
     echo: bool = False,
     say: Callable[[str], object] = print,
 ) -> tuple[list[BundleResult], Path | None, dict | None]:
     """Write the wheelhouse of ``groups`` into ``output`` (see module docstring).
 
-    Returns the result of each part, the log folder and the manifest (None when a part
-    failed: then no manifest is written, and the folder is not a wheelhouse).
+    ``real_inputs``: what `bundle_inputs` copied into ``output/inputs`` (recorded in the
+    manifest). Returns the result of each part, the log folder and the manifest (None
+    when a part failed: then no manifest is written, and the folder is not a wheelhouse).
     """
     output = output.absolute()
     (output / MANIFEST).unlink(missing_ok=True)
@@ -440,6 +452,7 @@ def make_bundle(
         "groups": manifest_groups,
         "milabench_requirements": own,
         "files": files,
+        "inputs": dict(real_inputs or {}),
     }
     tmp = output / f"{MANIFEST}.tmp{os.getpid()}"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
@@ -687,7 +700,8 @@ def install_offline(
     The wheelhouse is checked first (target, and for every group that will be installed:
     bundled, same requirement files and variant, each pinned wheel present with its
     sha256); any problem is raised as one line before anything is installed. Groups that
-    are up to date are neither checked nor touched.
+    are up to date are neither checked nor touched. The bundled inputs that the groups'
+    entries read are placed in their data folders first (`place_inputs`).
     """
     house = read_wheelhouse(wheelhouse)
     house.check_target()
@@ -700,6 +714,11 @@ def install_offline(
             todo.append(group)
     for group in todo:
         house.check_group(group)
+    entries = [e for g in groups for e in g.entries]
+    wanted = set(entry_inputs(entries))
+    carried = [n for n in house.manifest.get("inputs") or {} if n in wanted]
+    if carried:
+        place_inputs(house.path, data_folders(entries), carried, say=say)
     chosen = OfflineBackend(backend or backend_name(system), system, wheelhouse=house)
     return install_all(
         groups,
@@ -711,6 +730,143 @@ def install_offline(
         echo=echo,
         say=say,
     )
+
+
+# -- real inputs ---------------------------------------------------------------------------
+
+
+def entry_inputs(entries: Sequence[Any]) -> list[str]:
+    """The catalogue's inputs of ``entries`` (by name), each once, in entry order."""
+    from benchshared.catalogue import inputs_for
+
+    names: list[str] = []
+    for entry in entries:
+        names += [n for n in inputs_for(entry.name) if n not in names]
+    return names
+
+
+def data_folders(entries: Sequence[Any]) -> list[Path]:
+    """The distinct ``dirs.data`` of ``entries`` (where their inputs live)."""
+    found: list[Path] = []
+    for entry in entries:
+        data = entry.dirs.data
+        if data is not None and Path(data) not in found:
+            found.append(Path(data))
+    return found
+
+
+def _same_input(folder: Path, manifest: dict) -> bool:
+    """True when ``folder`` already holds ``manifest``'s input, complete."""
+    from benchshared.inputs import locate, read_manifest
+
+    have = read_manifest(folder)
+    return (
+        have is not None
+        and have.get("revision") == manifest.get("revision")
+        and have.get("files") == manifest.get("files")
+        and locate(folder.name, folder.parent) is not None
+    )
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    """A hard link when both are on one file system, else a copy (never a symlink)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _copy_input(source: Path, target: Path, manifest: dict) -> None:
+    """The files of ``manifest`` from ``source`` to ``target``, the manifest last."""
+    (target / INPUT_MANIFEST).unlink(missing_ok=True)
+    for rel in sorted(manifest.get("files", {})):
+        _copy_file(source / rel, target / rel)
+    tmp = target / f"{INPUT_MANIFEST}.tmp{os.getpid()}"
+    shutil.copyfile(source / INPUT_MANIFEST, tmp)
+    os.replace(tmp, target / INPUT_MANIFEST)
+
+
+def bundle_inputs(
+    output: Path,
+    names: Sequence[str],
+    data: Sequence[Path],
+    *,
+    say: Callable[[str], object] = print,
+) -> tuple[dict[str, dict], list[str]]:
+    """Copy each prepared input of ``names`` (found under ``<data>/inputs``) into
+    ``output/inputs/<name>/``; inputs bundled before and unchanged are kept.
+
+    Returns the manifest's ``inputs`` record ``{name: {source, revision, files, size}}``
+    and the names not prepared in any of ``data`` (a note each; nothing fails).
+    """
+    from benchshared.inputs import locate, read_manifest
+
+    record: dict[str, dict] = {}
+    missing: list[str] = []
+    for name in names:
+        folder = next(
+            (f for f in (locate(name, Path(d) / "inputs") for d in data) if f is not None),
+            None,
+        )
+        manifest = read_manifest(folder) if folder is not None else None
+        if folder is None or manifest is None:
+            missing.append(name)
+            continue
+        target = Path(output) / INPUTS / name
+        if not _same_input(target, manifest):
+            say(f"[inputs] {name}: copying {len(manifest['files'])} files from {folder}")
+            _copy_input(folder, target, manifest)
+        record[name] = {
+            "source": manifest.get("source"),
+            "revision": manifest.get("revision"),
+            "files": len(manifest["files"]),
+            "size": sum(int(f.get("size", 0)) for f in manifest["files"].values()),
+        }
+    return record, missing
+
+
+def place_inputs(
+    wheelhouse: Path,
+    data: Sequence[Path],
+    names: Sequence[str] | None = None,
+    *,
+    say: Callable[[str], object] = print,
+) -> list[str]:
+    """Put the wheelhouse's inputs (``names``, default all) into ``<data>/inputs/`` for
+    each data folder, each file checked against its input manifest's sha256 first.
+
+    An input already there with the same revision and files is left alone. Returns the
+    names placed; a missing or damaged file is a `UsageError` naming it (nothing of that
+    input is placed: its manifest is written last).
+    """
+    from benchshared.inputs import read_manifest
+
+    house = read_wheelhouse(wheelhouse)
+    bundled = house.manifest.get("inputs") or {}
+    chosen = list(bundled) if names is None else [n for n in names if n in bundled]
+    placed: list[str] = []
+    for name in chosen:
+        source = house.path / INPUTS / name
+        manifest = read_manifest(source)
+        if manifest is None:
+            raise UsageError(f"{source}: bundled input {name} has no {INPUT_MANIFEST}")
+        for rel, info in manifest.get("files", {}).items():
+            path = source / rel
+            if not path.is_file() or sha256_of(path) != info.get("sha256"):
+                raise UsageError(
+                    f"{path}: bundled input {name} is damaged (missing, or its sha256 differs "
+                    "from the input's manifest); bundle it again"
+                )
+        for folder in data:
+            target = Path(folder) / "inputs" / name
+            if _same_input(target, manifest):
+                continue
+            _copy_input(source, target, manifest)
+            say(f"[inputs] {name} ({manifest.get('revision')}) placed in {target}")
+            placed.append(name)
+    return placed
 
 
 def summary(results: list[BundleResult], manifest: dict | None, output: Path) -> str:
@@ -727,4 +883,10 @@ def summary(results: list[BundleResult], manifest: dict | None, output: Path) ->
             f"wheelhouse: {output} ({len(files)} wheels, {size / 2**20:.1f} MiB, "
             f"Python {manifest['target']['python']} on {manifest['target']['platform']})"
         )
+        carried = manifest.get("inputs") or {}
+        if carried:
+            size = sum(i["size"] for i in carried.values())
+            lines.append(
+                f"inputs: {', '.join(carried)} ({size / 2**20:.1f} MiB) in {output / INPUTS}"
+            )
     return "\n".join(lines)
