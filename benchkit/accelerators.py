@@ -3,7 +3,7 @@
 The one module that reads GPUs, for every caller: milabench's detection (the system's
 arch, count and capacity, the `meta` record, the driver checks), benchkit's in-process
 monitor (`benchkit.monitors.Monitor`) and the machine-facts probe sent to other nodes
-(`milabench.monitor.machine`). Standard library only (benchkit's rule, and the probe
+(`milabench.machine.facts`). Standard library only (benchkit's rule, and the probe
 runs with whatever Python a node has): vendor bindings are imported when asked for.
 
 `find_accelerators()` picks a back-end, in this order:

@@ -1,6 +1,6 @@
 """The machine metadata record (`meta` event, `milabench machine`).
 
-Computed once per process and cached: the machine part (`milabench.monitor.machine`:
+Computed once per process and cached: the machine part (`milabench.machine.facts`:
 CPU, memory, OS, Python, accelerators; with the tool's version and git commit) does not
 change during a run. The framework part (torch version and build settings) is read from
 *inside* each benchmark environment with a tiny probe that does not even start the
@@ -9,7 +9,7 @@ data from the environment's site-packages, once per interpreter, with the build 
 environment was installed as: the install variant from its marker (``cuda``, ``cuda12``,
 ``cpu``) and the CUDA runtime from its ``dist-info`` folders. On NVIDIA the record also
 names the CUDA build chosen for the node's driver (``cuda_build``,
-`milabench.monitor.cudabuild`), so that runs of different builds are told apart in
+`milabench.machine.cudabuild`), so that runs of different builds are told apart in
 reports.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from milabench import __version__
 from milabench.events import redact
-from milabench.monitor.machine import git_head, machine_facts
+from milabench.machine.facts import git_head, machine_facts
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,7 +131,7 @@ def install_build(prefix: Path, site_dirs: list[Path]) -> dict[str, Any]:
     (the variant from the install marker, the runtime from a dist-info folder)."""
     import json
 
-    from milabench.monitor.cudabuild import installed_runtime
+    from milabench.machine.cudabuild import installed_runtime
 
     out: dict[str, Any] = {}
     try:

@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 FAKES = REPO / "tests" / "fakes"
 sys.path.insert(0, str(REPO))
 
+from milabench.machine.cudabuild import by_variant  # noqa: E402
 from milabench.metadata import probe_environment  # noqa: E402
-from milabench.monitor.cudabuild import by_variant  # noqa: E402
 
 DEFAULT_DRIVERS = ("580.65.06", "535.183.01")
 

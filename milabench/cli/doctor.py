@@ -6,7 +6,7 @@ NVML: persistence mode, power limit against its default, clock-event reasons, PC
 ECC mode and errors, retired pages and remapped rows, MIG mode, temperature against its
 slowdown threshold, the driver against the CUDA build the suite pins; AMD and Intel
 through sysfs), each ``ok``, ``warn`` or ``fail`` with a one-line reason
-(`milabench.monitor.health`, docs/doctor.md). Exit code 1 when a finding is a ``fail``.
+(`milabench.doctor`, docs/doctor.md). Exit code 1 when a finding is a ``fail``.
 
 `milabench run` runs the same checks first (`suite_findings`), prints the problems,
 records every finding in the run folder (``doctor.json``) and refuses to start on a
@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-DOCTOR_SAMPLE = 1.0  # `milabench doctor`; `milabench run` uses health.DEFAULT_SAMPLE
+DOCTOR_SAMPLE = 1.0  # `milabench doctor`; `milabench run` uses thresholds.DEFAULT_SAMPLE
 
 
 def cuda_requirement(suite) -> tuple[tuple[int, int], str] | None:
@@ -70,12 +70,13 @@ def cuda_requirement(suite) -> tuple[tuple[int, int], str] | None:
 
 def suite_findings(suite, *, sample: float | None = None) -> list:
     """Every check of this machine for ``suite`` (its base folder's disk, its pinned CUDA
-    build): a list of `milabench.monitor.health.Finding`."""
-    from milabench.monitor import health
+    build): a list of `milabench.doctor.findings.Finding`."""
+    from milabench.doctor.checks import run_checks
+    from milabench.doctor.thresholds import DEFAULT_SAMPLE
 
     need = cuda_requirement(suite)
-    return health.run_checks(
-        sample=health.DEFAULT_SAMPLE if sample is None else sample,
+    return run_checks(
+        sample=DEFAULT_SAMPLE if sample is None else sample,
         paths=[str(Path(suite.base).absolute())],
         cuda_needed=need[0] if need else None,
         cuda_source=need[1] if need else "",
@@ -84,13 +85,14 @@ def suite_findings(suite, *, sample: float | None = None) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from milabench.cli.common import load_suite_from_args
-    from milabench.monitor import health
+    from milabench.doctor.findings import failures, render_findings, summary_line
+    from milabench.doctor.record import doctor_record
 
     suite = load_suite_from_args(args)
     found = suite_findings(suite, sample=DOCTOR_SAMPLE if args.sample is None else args.sample)
     if args.format == "json":
-        print(json.dumps(health.doctor_record(found), indent=2))
+        print(json.dumps(doctor_record(found), indent=2))
     else:
-        print(health.render_findings(found, only_problems=args.problems))
-        print(f"milabench doctor: {health.summary_line(found)}")
-    return 1 if health.failures(found) else 0
+        print(render_findings(found, only_problems=args.problems))
+        print(f"milabench doctor: {summary_line(found)}")
+    return 1 if failures(found) else 0

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     groups = build_groups(suite.entries, suite.system)
     if suite.system.get("arch") == "cuda":
         from milabench.envs import driver
-        from milabench.monitor.accelerators import detect
+        from milabench.machine.accelerators import detect
 
         chosen = driver.install_check(groups, suite.system, detect().system_info())
         if chosen:

@@ -194,22 +194,23 @@ def check_machine(
         return
     ignore = ignore or mode == "ignore"
     from milabench.cli.doctor import suite_findings
-    from milabench.monitor import health
+    from milabench.doctor.findings import OK, failures, refusal
+    from milabench.doctor.record import write_doctor_file
 
     found = suite_findings(suite)
-    problems = [f for f in found if f.severity != health.OK]
+    problems = [f for f in found if f.severity != OK]
     for f in problems:
         print(
             f"milabench doctor: {f.severity}: {f.subject} {f.check}: {f.reason}",
             file=sys.stderr,
             flush=True,
         )
-    failed = health.failures(found)
-    if failed and not ignore:
-        first = failed[0]
-        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        raise MilabenchError(
-            f"refused to start: {first.subject} {first.check}: {first.reason}{more}; "
-            f"`{doctor_command}` lists every check, --ignore-doctor runs anyway"
-        )
-    health.write_doctor_file(str(run_dir), found, ignored=bool(failed))
+    failed = failures(found)
+    line = refusal(
+        found,
+        lead="refused to start: ",
+        tail=f"; `{doctor_command}` lists every check, --ignore-doctor runs anyway",
+    )
+    if line is not None and not ignore:
+        raise MilabenchError(line)
+    write_doctor_file(str(run_dir), found, ignored=bool(failed))

@@ -188,7 +188,7 @@ def load_suite(
 
     arch = str(system_conf.get("arch") or "cpu")
     # An entry without install_variant gets the arch's, except on NVIDIA: the CUDA build
-    # chosen for the node's driver (system.py, `milabench.monitor.cudabuild`).
+    # chosen for the node's driver (system.py, `milabench.machine.cudabuild`).
     variant = str((system_conf.get("cuda_build") or {}).get("variant") or arch)
     entries: dict[str, dict[str, Any]] = {}
     for name, entry in resolved.items():

@@ -206,7 +206,7 @@ def capacity_mib(capacity: Any) -> int | None:
 
 def load_system(path: str | Path | None = None, base: str | Path | None = None) -> dict[str, Any]:
     """The resolved system: user values first, detected facts for whatever is missing."""
-    from milabench.monitor.accelerators import detect
+    from milabench.machine.accelerators import detect
 
     if path is not None:
         path = Path(path).expanduser()
@@ -269,12 +269,12 @@ def load_system(path: str | Path | None = None, base: str | Path | None = None) 
 
 
 def _cuda_build(system: dict[str, Any], accel: Any) -> dict[str, Any]:
-    """The CUDA build this node installs (`milabench.monitor.cudabuild`), as data: chosen
+    """The CUDA build this node installs (`milabench.machine.cudabuild`), as data: chosen
     from the driver, or named by option ``install.cuda_build``. The entries' default
     ``install_variant`` is its variant; a driver too old for every build leaves the reason
     in ``error``, which `milabench install` stops with (other commands go on)."""
     from milabench.config.options import get_option
-    from milabench.monitor.cudabuild import OPTION, choose
+    from milabench.machine.cudabuild import OPTION, choose
 
     return choose(accel.system_info(), get_option(system, OPTION, None)).record()
 

@@ -9,7 +9,7 @@ needs is pinned in its requirement files (``nvidia-cuda-runtime==13.0.96``, or
 the pins before installing, and `milabench run` checks what is installed, each with one
 line naming both versions.
 
-The rule is the one `milabench.monitor.cudabuild` chooses builds with (CUDA minor-version
+The rule is the one `milabench.machine.cudabuild` chooses builds with (CUDA minor-version
 compatibility): a runtime of CUDA M.m runs on a driver whose ceiling is M.x or later.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from milabench.errors import ConfigError, EnvironmentMissing
-from milabench.monitor.cudabuild import FIRST_DRIVER, driver_cuda, installed_runtime
+from milabench.machine.cudabuild import FIRST_DRIVER, driver_cuda, installed_runtime
 
 # nvidia-cuda-runtime==13.0.96 / nvidia-cuda-runtime-cu12==12.8.90 (pinned lines)
 _PIN = re.compile(r"^\s*nvidia[-_]cuda[-_]runtime(?:[-_]cu\d+)?\s*==\s*(\d+)\.(\d+)", re.I)

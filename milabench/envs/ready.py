@@ -42,7 +42,7 @@ def ensure_ready(entry: Entry) -> None:
 
 def check_driver(name: str, venv: Path) -> None:
     """The installed CUDA runtime against the driver of this machine (NVIDIA only)."""
-    from milabench.monitor.accelerators import detect
+    from milabench.machine.accelerators import detect
 
     found = detect()
     if found.arch != "cuda":

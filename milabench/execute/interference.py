@@ -1,21 +1,15 @@
 """What the rest of the host did while a benchmark ran: other processes, steal, pressure.
 
 While the local processes of one benchmark run, `InterferenceWatch` samples the host
-about once a second (`run.memory_interval`, the memory sampler's interval; 0: off) and
-hands every process of the benchmark the same ``data`` record ``{"task": "main", "time":
-..., "interference": {"seconds", "cpus", "busy", "bench", "self", "others", "steal",
-"pressure", "top"}}``: CPU-seconds over ``seconds``, ``others = busy - bench - self``
-(never below 0); ``pressure``, ``steal`` and ``top`` are absent where the kernel does not
-expose them. The benchmark's share is its process trees (`memory.tree_pids`, plus the
-descendants the launcher's tracker saw leave), each process's own CPU time and its reaped
-children's, a process reaped by a parent in the tree counted once. ``top`` (the busiest
-other commands, one line per name) costs two scans of every ``/proc/<pid>/stat``
-`TOP_GAP` apart, made only when others used at least `TOP_SHARE` of the CPUs. The record
-and how the report reads it: docs/doctor.md "Interference during the window".
-
-Reads run in a worker thread; records are emitted from the event loop (sinks are not
-thread-safe). Remote (SSH) processes are not watched: the host would not be theirs.
-Nothing here raises: a missing file or a vanished process just drops out of a sample.
+about once a second (`run.memory_interval`; 0: off) and hands every process of the
+benchmark the same ``interference`` ``data`` record; ``pressure``, ``steal`` and ``top``
+are absent where the kernel does not expose them. The benchmark's share is its process
+trees (`memory.tree_pids`, plus the descendants the launcher's tracker saw leave).
+``top`` costs two scans `TOP_GAP` apart, made only when others used at least `TOP_SHARE`
+of the CPUs. Reads run in a worker thread; records are emitted from the event loop
+(sinks are not thread-safe). Remote (SSH) processes are not watched. Nothing here
+raises: a missing file or a vanished process just drops out of a sample. The record and
+how the report reads it: docs/doctor.md "Interference during the window".
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from milabench.execute import memory
-from milabench.monitor import health
+from milabench.machine import procfs
 
 TOP_SHARE = 0.10  # other processes busy on 10% of the CPUs: worth naming them
 TOP_GAP = 0.2  # seconds between the two scans that name them
@@ -46,7 +40,7 @@ class InterferenceSampler:
         self.proc = proc
         self.scan_gap = scan_gap
         self.me = os.getpid()
-        self._host: health.HostSnapshot | None = None
+        self._host: procfs.HostSnapshot | None = None
         self._self_ticks = 0
         # pid -> (ppid, own ticks, reaped children's ticks) at the previous sample
         self._tree: dict[int, tuple[int, int, int]] = {}
@@ -54,7 +48,7 @@ class InterferenceSampler:
     def _tree_now(self, pids: Iterable[int]) -> dict[int, tuple[int, int, int]]:
         out = {}
         for pid in pids:
-            found = health.read_pid_stat(pid, self.proc)
+            found = procfs.read_pid_stat(pid, self.proc)
             if found is not None:
                 out[pid] = (found.ppid, found.ticks, found.cutime + found.cstime)
         return out
@@ -74,15 +68,15 @@ class InterferenceSampler:
         return max(used, 0)
 
     def _self(self) -> int:
-        found = health.read_pid_stat(self.me, self.proc)
+        found = procfs.read_pid_stat(self.me, self.proc)
         return found.ticks if found is not None else self._self_ticks
 
     def top_others(self, exclude: set[int]) -> list[list[Any]]:
         """The busiest commands outside ``exclude`` right now: ``[name, processes, CPUs]``."""
-        first = health.host_snapshot(processes=True, proc=self.proc)
+        first = procfs.host_snapshot(processes=True, proc=self.proc)
         time.sleep(self.scan_gap)
-        second = health.host_snapshot(processes=True, proc=self.proc)
-        usage = health.host_usage(first, second, exclude=exclude, top=TOP_COUNT)
+        second = procfs.host_snapshot(processes=True, proc=self.proc)
+        usage = procfs.host_usage(first, second, exclude=exclude, top=TOP_COUNT)
         span = usage.seconds or self.scan_gap
         return [[comm, count, round(used / span, 3)] for comm, count, used in usage.top]
 
@@ -98,7 +92,7 @@ class InterferenceSampler:
             if pid not in seen:
                 seen.add(pid)
                 pids.append(pid)
-        host = health.host_snapshot(proc=self.proc)
+        host = procfs.host_snapshot(proc=self.proc)
         tree = self._tree_now(pids)
         self_ticks = self._self()
         previous = self._host
@@ -107,10 +101,10 @@ class InterferenceSampler:
         self._host, self._tree, self._self_ticks = host, tree, self_ticks
         if previous is None:
             return None
-        usage = health.host_usage(previous, host)
+        usage = procfs.host_usage(previous, host)
         if usage.seconds <= 0:
             return None
-        tick = health.CLOCK_TICKS
+        tick = procfs.CLOCK_TICKS
         record: dict[str, Any] = {
             "seconds": round(usage.seconds, 4),
             "cpus": usage.cpus,

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from milabench.doctor.findings import Finding
 from milabench.errors import UsageError
-from milabench.monitor.health import Finding
 from milabench.report.build import Report
 
 FLEET_FILE = "fleet.json"

@@ -7,7 +7,7 @@ and some of the main node's CPU for the copies):
    check that the node's Python starts; a failure is ``unreachable`` with the reason;
    then, still before anything is copied, `milabench doctor`'s checks and (when the node
    will install) its package sources as its own pip configuration names them
-   (`milabench.monitor.sources`: one line per node; reaching none of them is
+   (`milabench.doctor.sources`: one line per node; reaching none of them is
    ``install-failed`` with the cause, ``TLS: unknown issuer at URL``...);
 2. **code**: copy the tool, the suite and the selected benchmark folders to the node
    (`milabench.remote.codesync.push_each`: nothing for a local node or a shared base);
@@ -363,11 +363,11 @@ class Fleet:
 
     async def sources(self, job: _Job) -> bool:
         """Can the node reach its package sources, as its own pip configuration names them
-        (`milabench.monitor.sources`, before anything is copied)? One line per node; a
+        (`milabench.doctor.sources`, before anything is copied)? One line per node; a
         node that reaches none of them cannot install and is finished (``install-failed``,
         with the cause); one that reaches some goes on with the line as a warning. Only
         when the node installs (the install phase, not ``--use-current-env``)."""
-        from milabench.monitor import sources
+        from milabench.doctor import sources
 
         if "install" not in self.options.phases or self.options.use_current_env:
             return True
@@ -394,20 +394,21 @@ class Fleet:
 
     async def doctor(self, job: _Job) -> bool:
         """`milabench doctor`'s checks on the node, by its own Python, before anything is
-        copied (`milabench.monitor.health.probe_argv`). The findings go to fleet.json
+        copied (`milabench.doctor.probe.probe_argv`). The findings go to fleet.json
         (``doctor``); a Python that cannot import milabench's dependencies ends the node
         (``install-failed``, naming the module and how to point at another Python), and
         so does a failure (``run-failed``: its run would refuse) unless --ignore-doctor."""
-        from milabench.monitor import health
+        from milabench.doctor.findings import FAIL, refusal
+        from milabench.doctor.probe import parse_probe_output, probe_argv
 
         started = time.monotonic()
-        argv = health.probe_argv(job.python, paths=[job.run_base], modules=True)
+        argv = probe_argv(job.python, paths=[job.run_base], modules=True)
         try:
             code, out, err = await job.runner.short(argv)
         except (NodeError, OSError, TimeoutError) as exc:
             job.record.extra["doctor_error"] = _reason_of(exc, "no answer")
             return True
-        found = health.parse_probe_output(out)
+        found = parse_probe_output(out)
         if found is None:
             why = short_reason(err.splitlines() or out.splitlines())
             job.record.extra["doctor_error"] = f"the checks printed no result (exit {code}: {why})"
@@ -416,20 +417,18 @@ class Fleet:
         job.record.extra["doctor"] = [f.as_dict() for f in found]
         job.record.extra["doctor_seconds"] = round(time.monotonic() - started, 3)
         self.save()
-        modules = [f for f in found if f.check == "python_modules" and f.severity == health.FAIL]
+        modules = [f for f in found if f.check == "python_modules" and f.severity == FAIL]
         if modules:
             self.finish(job, "install-failed", f"{job.python!r} on the node: {modules[0].reason}")
             return False
-        failed = health.failures(found)
-        if failed and not self.options.ignore_doctor:
-            first = failed[0]
-            more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-            self.finish(
-                job,
-                "run-failed",
-                f"milabench doctor: {first.subject} {first.check}: {first.reason}{more}; not "
-                "measured (its run would refuse to start; --ignore-doctor measures it anyway)",
-            )
+        line = refusal(
+            found,
+            lead="milabench doctor: ",
+            tail="; not measured (its run would refuse to start; --ignore-doctor measures "
+            "it anyway)",
+        )
+        if line is not None and not self.options.ignore_doctor:
+            self.finish(job, "run-failed", line)
             return False
         return True
 

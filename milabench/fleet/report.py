@@ -1,32 +1,15 @@
 """The fleet report: the same suite run on every node of a cluster, compared node by node.
 
-`milabench fleet` leaves one folder per fleet run (docs/fleet.md, "The fleet folder"):
-``fleet.json`` (every node's status, reason, phase times and environment) and
-``nodes/<node>/``, a copy of each node's run folder. This module reads that folder and
-says which nodes a cluster admin should look at, and why:
-
-* `load_fleet(folder) -> FleetData`: fleet.json plus every node's run folder, each read by
-  the ordinary report (`build_report`, then `breakdown_rows`, the rows `milabench report
-  --format json` prints), so a node's rate, 95% interval and status are exactly what
-  `milabench report` says of that folder; nothing here re-derives the success rule.
-* `build_fleet_report(data, thresholds, baseline) -> FleetReport`: the benchmarks x nodes
-  table (each rate relative to the fleet median of its benchmark) and the flags: slow
-  (`check_slow`: robust MAD rule with a minimum gap, the spread being that of the other
-  nodes (`spread_without`), the node's own interval must not reach the median), failed,
-  environment differs (`compare_environments`), below baseline.
-* `write_baseline` / `load_baseline`: expected rate per benchmark per hardware model.
-* `render_fleet(report, fmt)`: text, markdown, json, html (`fleet/render.py`).
-
-The records (`FleetData`, `FleetReport`, `Flag`, `FleetThresholds`, ...) live in
-`fleet/model.py` so that the renderers read them without importing this module (the
-packages' import graph has no cycle); they are re-exported here, the one import callers
-need.
-
-Why a robust rule: a fleet is mostly identical machines with a few bad ones, so the median
-is the reference (a slow node cannot drag it) and the median absolute deviation is the
-spread (one outlier cannot inflate it and hide itself), each node being held to the
-spread of the *others*; docs/fleet.md justifies the defaults. A user error (unreadable or
-newer fleet.json, bad baseline file, bad option) is one `UsageError` line; a broken node is a flag, never a traceback.
+`load_fleet(folder) -> FleetData` reads a fleet folder: ``fleet.json`` and every node's
+run folder, each through the ordinary report (`build_report`, then `breakdown_rows`), so
+a node's rate, interval and status are exactly what `milabench report` says; nothing
+here re-derives the success rule. `build_fleet_report(data, thresholds, baseline)` puts
+the nodes side by side and flags them: slow (`check_slow`, a robust median/MAD rule),
+failed, environment differs (`compare_environments`), below baseline;
+`write_baseline`/`load_baseline` keep expected rates per hardware model. The records
+live in `fleet/model.py`, so that `fleet/render.py` reads them without importing this
+module, and are re-exported here. A user error is one `UsageError` line; a broken node
+is a flag, never a traceback. The rules and why: docs/fleet.md.
 """
 
 from __future__ import annotations
@@ -42,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from milabench.doctor.findings import FAIL, OK, Finding
 from milabench.errors import MilabenchError, UsageError
 from milabench.events import check_version
 from milabench.fleet.model import (
@@ -91,7 +75,6 @@ from milabench.fleet.model import (
     is_number,
     short_value,
 )
-from milabench.monitor.health import FAIL, OK, Finding
 from milabench.report.build import Report, build_report
 from milabench.report.numbers import fmt_sig
 from milabench.report.render_tables import breakdown_rows

@@ -1,22 +1,15 @@
 """The code a worker runs, copied to a per-run folder on it: no shared filesystem needed.
 
-Before a multi-node run, every worker gets ``<node base>/code/<run-id>/``::
-
-    pkg/milabench/  pkg/benchkit/  pkg/benchshared/
-    pkg/pyproject.toml                                  the tool itself (package_dir)
-    pkg/.milabench-code.json                            version, commit, run id (stamp)
-    tree/<absolute main-node path>                      each benchmark folder, config file
-
-The benchmark imports the copy because ``package_dir`` goes first on its ``PYTHONPATH``;
-a main-node path maps to exactly one node path (`CodeLayout.remote_path`). ``<node
-base>`` is the node's ``base:`` in the system file, else the main node's base
-(`milabench.remote.sync.node_base`). A node whose base is the main node's folder (shared
-filesystem) or that runs on this machine without SSH gets an *identity* layout: nothing
-is copied and every path maps to itself (only the base is mapped, when the node names
-another one). Stale files are removed inside each copied folder (``--delete``), never
-outside it; ``__pycache__``, ``*.pyc`` and VCS folders are neither copied nor deleted.
-Why a source tree rather than a wheel, and why absolute paths under ``tree/``:
-docs/multinode.md "Without a shared filesystem".
+Before a multi-node run, every worker gets ``<node base>/code/<run-id>/``: ``pkg/`` (the
+tool itself, `package_dir`, first on the benchmark's ``PYTHONPATH``, with the stamp
+``pkg/.milabench-code.json``) and ``tree/<absolute main-node path>`` (each benchmark
+folder and suite file), so a main-node path maps to exactly one node path
+(`CodeLayout.remote_path`). ``<node base>``: `milabench.remote.sync.node_base`. A node
+sharing the main node's base, or on this machine without SSH, gets an *identity* layout:
+nothing is copied and every path maps to itself (only the base is mapped, when the node
+names another one). Stale files are removed inside each copied folder, never outside
+it; ``__pycache__``, ``*.pyc`` and VCS folders are neither copied nor deleted. The
+layout, and why a source tree: docs/multinode.md "Without a shared filesystem".
 """
 
 from __future__ import annotations
@@ -223,7 +216,7 @@ def identity_layout(
 
 def _stamp(run_id: str) -> str:
     from milabench import __version__
-    from milabench.monitor.machine import git_head
+    from milabench.machine.facts import git_head
 
     tool = package_sources()[0][0]
     return json.dumps(

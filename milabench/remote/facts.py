@@ -3,14 +3,14 @@
 `node_environment` returns the ``environment`` object of each node in ``fleet.json`` (what
 `milabench fleet` writes), the same for the main node (probed by a local subprocess) and for
 workers (over SSH): the probe is one stdlib-only program (`FACTS_PROBE`) sent inline with
-the modules it imports (`milabench.monitor.inline`), so both sides compute every value the
+the modules it imports (`milabench.machine.inline`), so both sides compute every value the
 same way, and a worker needs no milabench to answer. Its keys: ``python`` (of the
 interpreter that will run the benchmarks: ``python=``, else the first environment's, else
 ``python3``/``python`` on the node's PATH), ``milabench``, ``milabench_commit``,
 ``milabench_code`` (the code hash, over the files of ``milabench/`` and ``benchkit/``
 less `CODE_EXCLUDES`), ``packages[group]`` (sha256 of the sorted ``name==version`` lines
 of the environment's ``*.dist-info``) and ``torch[group]`` (None for a missing
-environment), and the hardware of `milabench.monitor.machine.machine_facts` flattened by
+environment), and the hardware of `milabench.machine.facts.machine_facts` flattened by
 `hardware`. How each value is computed, and why: docs/multinode.md "Without a shared
 filesystem" (versions before running).
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 
 from milabench.config.topology import node_label, runs_locally
 from milabench.errors import NodeError
-from milabench.monitor.inline import inline_program
-from milabench.monitor.machine import SHIPPED_MODULES, accelerator_count
+from milabench.machine.facts import SHIPPED_MODULES, accelerator_count
+from milabench.machine.inline import inline_program
 from milabench.remote.probe import prefixed_json
 from milabench.remote.ssh import ConnectionPool, run_here, shared_pool
 
@@ -35,7 +35,7 @@ FACTS_PREFIX = "@milabench-facts "
 
 FACTS_PROBE = r"""
 import fnmatch, glob, hashlib, json, os, re, sys
-from milabench.monitor.machine import git_head, machine_facts
+from milabench.machine.facts import git_head, machine_facts
 args = json.loads(sys.argv[1])
 out = machine_facts()
 

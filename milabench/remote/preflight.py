@@ -13,10 +13,10 @@ group the torch version and the hash of the package list. Each differing node is
 ``FAIL node <name>: differs from <main>: <what> <its value> vs <main's value>`` line.
 
 Each node also checks its package sources, as its own pip configuration names them
-(`milabench.monitor.sources`: one ``sources <node>:`` line each, ``ok: URL...`` or the
+(`milabench.doctor.sources`: one ``sources <node>:`` line each, ``ok: URL...`` or the
 cause, ``TLS: unknown issuer at URL``; not a failure here: a multi-node run's workers
 install nothing, the main node installs and copies), and runs `milabench doctor`'s checks
-with its own Python, before anything is copied (`milabench.monitor.health.probe_argv`):
+with its own Python, before anything is copied (`milabench.doctor.probe.probe_argv`):
 a failure there (a capped or erroring GPU, a full disk) fails the preflight unless
 ``ignore_doctor``; warnings are listed per node.
 Whether that Python can import milabench's dependencies is reported as a warning: a
@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from milabench.config.topology import main_node, node_label, runs_locally
+from milabench.doctor.findings import FAIL, OK, WARN, Finding, refusal
+from milabench.doctor.findings import summary_line as doctor_summary
+from milabench.doctor.probe import parse_probe_output, probe_argv
+from milabench.doctor.sources import summary_line as sources_summary
 from milabench.errors import NodeError
-from milabench.monitor import health
-from milabench.monitor.machine import accelerator_arch, accelerator_count
-from milabench.monitor.sources import summary_line as sources_summary
+from milabench.machine.facts import accelerator_arch, accelerator_count
 from milabench.plan.spec import ProcessSpec
 from milabench.remote.codesync import CodeLayout, push_and_check
 from milabench.remote.dispatch import NodeLauncher
@@ -61,7 +63,7 @@ class NodeFacts:
     facts: dict = field(default_factory=dict)
     error: str | None = None
     code: str | None = None  # how the node gets the code: local, shared, rsync, sftp
-    doctor: list[health.Finding] = field(default_factory=list)  # `milabench doctor` there
+    doctor: list[Finding] = field(default_factory=list)  # `milabench doctor` there
     doctor_error: str | None = None  # the checks could not run (why)
     sources: dict | None = None  # its package sources checked there (monitor.sources)
     sources_error: str | None = None  # that check could not run (why)
@@ -318,7 +320,7 @@ async def doctor_node(
     """`milabench doctor`'s checks on one node with its ``python``: into ``facts.doctor``
     (``facts.doctor_error`` when they could not run). A missing dependency of milabench
     is downgraded to a warning here (see the module docstring)."""
-    argv = health.probe_argv(
+    argv = probe_argv(
         python,
         paths=[base] if base else [],
         modules=True,
@@ -334,14 +336,14 @@ async def doctor_node(
     except (NodeError, OSError, TimeoutError) as exc:
         facts.doctor_error = str(exc) or type(exc).__name__
         return
-    found = health.parse_probe_output(out)
+    found = parse_probe_output(out)
     if found is None:
         tail = " | ".join(x for x in err.strip().splitlines()[-2:] if x.strip())
         facts.doctor_error = f"{python}: the checks printed no result (exit {code}): {tail[-200:]}"
         return
     for f in found:
-        if f.check == "python_modules" and f.severity == health.FAIL:
-            f.severity = health.WARN
+        if f.check == "python_modules" and f.severity == FAIL:
+            f.severity = WARN
             f.reason += " (needed where milabench itself runs: milabench fleet, batch jobs)"
     facts.doctor = found
 
@@ -350,8 +352,8 @@ async def sources_node(
     node: dict, system: dict, pool: ConnectionPool, facts: NodeFacts, *, python: str
 ) -> None:
     """The node's package sources, as its own pip configuration names them, checked there
-    (`milabench.monitor.sources`): into ``facts.sources`` (``facts.sources_error``)."""
-    from milabench.monitor import sources
+    (`milabench.doctor.sources`): into ``facts.sources`` (``facts.sources_error``)."""
+    from milabench.doctor import sources
 
     argv = sources.probe_argv(python)
     try:
@@ -448,14 +450,13 @@ async def preflight(
             )
             if not ignore_doctor:
                 for f in facts:
-                    failed = health.failures(f.doctor)
-                    if failed:
-                        first = failed[0]
-                        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-                        result.failures.append(
-                            f"node {f.name}: milabench doctor: {first.subject} {first.check}: "
-                            f"{first.reason}{more} (--ignore-doctor goes on anyway)"
-                        )
+                    line = refusal(
+                        f.doctor,
+                        lead=f"node {f.name}: milabench doctor: ",
+                        tail=" (--ignore-doctor goes on anyway)",
+                    )
+                    if line is not None:
+                        result.failures.append(line)
         if not result.failures:
             ref = facts[0].facts.get("python")
             for f in facts[1:]:
@@ -570,10 +571,10 @@ def render(result: PreflightResult) -> str:
             f" latency {a['latency_us']:.0f} us"
         )
     for f in result.nodes:
-        problems = [x for x in f.doctor if x.severity != health.OK]
+        problems = [x for x in f.doctor if x.severity != OK]
         if f.doctor:
             ok = len(f.doctor) - len(problems)
-            lines.append(f"doctor {f.name}: {health.summary_line(f.doctor)} ({ok} checks ok)")
+            lines.append(f"doctor {f.name}: {doctor_summary(f.doctor)} ({ok} checks ok)")
         lines += [f"  {x.severity}: {x.subject} {x.check}: {x.reason}" for x in problems]
         if f.doctor_error:
             lines.append(f"doctor {f.name}: not checked: {f.doctor_error}")

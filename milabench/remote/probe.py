@@ -3,7 +3,7 @@
 Both programs are sent inline (``python -c``), so a worker needs no copy of milabench:
 only the benchmark environment's interpreter.
 
-* `NODE_PROBE`: prints one JSON line: the node's `milabench.monitor.machine` facts
+* `NODE_PROBE`: prints one JSON line: the node's `milabench.machine.facts` facts
   (Python, CPU, memory, OS, accelerators), its torch version (or why torch does not
   import), whether each environment folder given as argument has its interpreter (and
   the node's record of its last failed install, ``<env>.install-failed.json``, written by
@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from milabench.monitor.inline import inline_program
-from milabench.monitor.machine import SHIPPED_MODULES
+from milabench.machine.facts import SHIPPED_MODULES
+from milabench.machine.inline import inline_program
 
 RESULT_PREFIX = "@milabench-preflight "
 # `milabench.envs.FAILURE_SUFFIX` (remote may not import envs; a test checks they agree)
@@ -37,7 +37,7 @@ def prefixed_json(stdout: str, prefix: str) -> dict | None:
 
 NODE_PROBE = r"""
 import json, os, socket, sys
-from milabench.monitor.machine import machine_facts
+from milabench.machine.facts import machine_facts
 port = int(sys.argv[1])
 envs = sys.argv[2:]
 out = machine_facts()
@@ -70,7 +70,7 @@ print("@milabench-preflight " + json.dumps(out), flush=True)
 
 def node_probe_argv(python: str, port: int, envs: Sequence[str]) -> list[str]:
     """The command that prints the node's ``@milabench-preflight {json}`` line: `NODE_PROBE`
-    with the machine-facts modules it imports (`milabench.monitor.machine.SHIPPED_MODULES`),
+    with the machine-facts modules it imports (`milabench.machine.facts.SHIPPED_MODULES`),
     run by ``python``."""
     main = f"FAILURE_SUFFIX = {FAILURE_SUFFIX!r}\n" + NODE_PROBE
     program = inline_program(main, SHIPPED_MODULES, filename="<milabench-preflight>")

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from milabench.monitor.health import Finding, read_doctor_file
+from milabench.doctor.findings import Finding
+from milabench.doctor.record import read_doctor_file
 from milabench.report import outcome
 from milabench.report.aggregate import (
     BenchResult,

@@ -1,25 +1,17 @@
 """Interference during the measured window: what slowed a benchmark that was not itself.
 
-Two sources, both recorded in every run file (docs/doctor.md):
-
-* the runner's ``interference`` records (`milabench.execute.interference`): CPU time of
-  other processes, steal, CPU pressure, the busiest other processes;
-* the accelerator samples (``gpudata``, `benchkit.monitors`): clock-event reasons
-  (thermal, power cap, hardware slowdown), clocks, power, temperature, XID errors.
-
-`file_interference` keeps the samples that fall inside the measured window (from the
-``warmup`` record, written when measurement begins, to the ``window`` record; the whole
-file when it has neither, or when the window was shorter than one sample) and sums them:
-shares of the CPU capacity (``seconds x cpus``) for CPU time, shares of the samples for
-GPU reasons. `apply_interference` puts the worst file's summary on the benchmark
-(``interference`` column text, a JSON-able ``detail``) and one warning per cause, with
-numbers: ``other processes used 48% of the 2 CPUs during the measured window (busiest:
-yes 0.96 CPU)``, ``steal 7% of the window``, ``thermal slowdown on GPU 3 in 42%
-of samples``. A window that ended with ``target unreachable`` gets its own warning, with
-the cause when one was seen.
-
-Thresholds (`OTHERS_WARN`, ...) are shares above which a cause is named: below them the
-figures stay in the JSON detail, so a quiet host's report stays quiet.
+Two sources, both recorded in every run file: the runner's ``interference`` records
+(`milabench.execute.interference`: other processes' CPU time, steal, CPU pressure, the
+busiest other processes) and the accelerator samples (``gpudata``, `benchkit.monitors`:
+clock-event reasons, clocks, power, temperature, XID errors). `file_interference` keeps
+the samples inside the measured window and sums them: shares of the CPU capacity
+(``seconds x cpus``) for CPU time, shares of the samples for GPU reasons.
+`apply_interference` puts the worst file's summary on the benchmark (the
+``interference`` column, a JSON-able ``detail``), one warning per cause with numbers,
+and a warning for a window that ended with ``target unreachable``. Thresholds
+(`OTHERS_WARN`, ...) are shares above which a cause is named: below them the figures
+stay in the detail, so a quiet host's report stays quiet. The window, the column and
+the warnings: docs/doctor.md "In the report".
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from milabench.monitor.health import command_label
+from milabench.machine.procfs import command_label
 from milabench.report.runs import FileResult
 
 OTHERS_WARN = 0.10  # other processes busy on a tenth of the CPUs

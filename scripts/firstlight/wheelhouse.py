@@ -76,7 +76,7 @@ DEFAULT_SELECT: list[str] = [n for n in DEFAULT_ORDER if n not in LEFT_OUT_BY_DE
 MILABENCH_NEEDS: dict[str, str] = {
     "PyYAML": "milabench/config/yamlio.py: import yaml (every command that reads a suite)",
     "psutil": "milabench/execute/cleanup.py, execute/memory.py: import psutil (install, run)",
-    "nvidia-ml-py": "milabench/monitor/health.py, benchkit/accelerators.py: import pynvml "
+    "nvidia-ml-py": "milabench/doctor/nvidia.py, benchkit/accelerators.py: import pynvml "
     "(the doctor and the GPU monitor on NVIDIA)",
     "omegaconf": "milabench/config/interpolate.py: from omegaconf import OmegaConf, inside "
     "resolve_with_omegaconf (a suite or --override with a resolver, nesting or escape; "

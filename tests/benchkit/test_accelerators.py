@@ -22,7 +22,7 @@ from benchkit.accelerators import (
     visible_devices,
 )
 from milabench.errors import ConfigError
-from milabench.monitor.accelerators import detect
+from milabench.machine.accelerators import detect
 
 ROOT = Path(__file__).resolve().parents[2]
 

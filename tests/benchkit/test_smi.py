@@ -120,7 +120,7 @@ def test_benchkit_picks_the_command_line_monitor(smi_tools, monkeypatch):
 
 
 def test_milabench_detects_the_same_back_end(smi_tools, monkeypatch):
-    from milabench.monitor.accelerators import detect
+    from milabench.machine.accelerators import detect
 
     found = detect(refresh=True)
     assert isinstance(found, ROCmAccelerators) and found.arch == "rocm"

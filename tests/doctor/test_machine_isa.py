@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from milabench.monitor.machine import ISA_FLAGS, cpu_isa
+from milabench.machine.facts import ISA_FLAGS, cpu_isa
 
 SAPPHIRE_RAPIDS = """processor\t: 0
 vendor_id\t: GenuineIntel

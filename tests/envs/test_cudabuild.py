@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from milabench.envs import MARKER_NAME
+from milabench.machine.cudabuild import BUILDS, FIRST_DRIVER, choose, installed_runtime
 from milabench.metadata import INSTALL_MARKER, install_build, meta_record
-from milabench.monitor.cudabuild import BUILDS, FIRST_DRIVER, choose, installed_runtime
 
 REPO = Path(__file__).resolve().parents[2]
 FAKES = REPO / "tests" / "fakes"

@@ -78,7 +78,7 @@ def test_install_stops_before_installing_with_one_line(tmp_path):
 
 @pytest.fixture
 def fake_nvml(monkeypatch):
-    from milabench.monitor.accelerators import detect
+    from milabench.machine.accelerators import detect
 
     for module in fake_pynvml(monkeypatch):
         assert detect(refresh=True).arch == "cuda"

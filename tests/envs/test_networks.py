@@ -23,10 +23,10 @@ import pytest
 from netindex import NETWORK_VARIABLES, Authority, ConnectProxy, PackageIndex, closed_port
 
 from milabench.config.loader import load_suite
+from milabench.doctor import sources
 from milabench.envs import MARKER_NAME, failure_path
 from milabench.envs.ready import ensure_ready
 from milabench.errors import EnvironmentMissing
-from milabench.monitor import sources
 
 from .conftest import Milabench, clean_environ
 
@@ -215,7 +215,7 @@ def test_uv_network_failure_falls_back_to_pip_once(tmp_path, workdir, wheelhouse
 
 
 def sources_line(tmp_path: Path, workdir: Path, conf: dict[str, str]) -> str:
-    """`milabench.monitor.sources`' probe, run as fleet and preflight run it on a node."""
+    """`milabench.doctor.sources`' probe, run as fleet and preflight run it on a node."""
     argv = sources.probe_argv(sys.executable)
     env = network_env(tmp_path, workdir, conf)
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)

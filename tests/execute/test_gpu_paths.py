@@ -87,7 +87,7 @@ def test_fake_pynvml_has_the_real_modules_interface(monkeypatch):
 
 def test_nvml_back_end_counts_only_the_visible_devices(fake_pynvml, monkeypatch):
     from benchkit.accelerators import NVMLAccelerators
-    from milabench.monitor.accelerators import detect
+    from milabench.machine.accelerators import detect
 
     found = detect(refresh=True)
     assert isinstance(found, NVMLAccelerators) and found.count == 8

@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+from milabench.doctor.findings import Finding
+from milabench.doctor.record import DOCTOR_FILE, write_doctor_file
 from milabench.fleet.report import (
     DOCTOR,
     SLOW,
@@ -17,7 +19,6 @@ from milabench.fleet.report import (
     load_fleet,
     render_fleet,
 )
-from milabench.monitor import health
 
 from .report_helpers import make_fleet, node, real_fleet_runs
 
@@ -28,7 +29,7 @@ def fleet_runs(tmp_path_factory):
 
 
 def finding(check, subject, severity, reason):
-    return health.Finding(check, subject, severity, reason).as_dict()
+    return Finding(check, subject, severity, reason).as_dict()
 
 
 HEALTHY = [
@@ -69,7 +70,7 @@ def test_slow_node_carries_its_cause_and_doctor_findings_side_by_side(tmp_path, 
     ]
     folder = make_fleet(tmp_path, nodes)
     for n in ("node0", "node1", "node2"):  # fleet.json's findings are the ones compared
-        (folder / "nodes" / n / health.DOCTOR_FILE).unlink(missing_ok=True)
+        (folder / "nodes" / n / DOCTOR_FILE).unlink(missing_ok=True)
     plant_interference(folder, "node2", others=1.0)
     report = build_fleet_report(load_fleet(folder))
     slow = [f for f in report.flagged if f.kind == SLOW and f.benchmark == "steady"]
@@ -105,7 +106,7 @@ def test_a_node_measured_despite_a_doctor_failure_is_flagged(tmp_path, fleet_run
     ]
     folder = make_fleet(tmp_path, nodes)
     for n in ("node0", "node1", "node2"):
-        (folder / "nodes" / n / health.DOCTOR_FILE).unlink(missing_ok=True)
+        (folder / "nodes" / n / DOCTOR_FILE).unlink(missing_ok=True)
     report = build_fleet_report(load_fleet(folder))
     flags = [f for f in report.flagged if f.kind == DOCTOR]
     assert [(f.node, f.benchmark) for f in flags] == [("node2", None)]
@@ -116,9 +117,9 @@ def test_a_node_measured_despite_a_doctor_failure_is_flagged(tmp_path, fleet_run
 def test_the_run_folders_findings_win_over_fleet_json(tmp_path, fleet_runs):
     nodes = [node(f"node{i}", fleet_runs["normal1"], doctor=HEALTHY) for i in range(3)]
     folder = make_fleet(tmp_path, nodes)
-    health.write_doctor_file(
+    write_doctor_file(
         str(folder / "nodes" / "node1"),
-        [health.Finding("steal", "host", "warn", "steal 9% of the CPU time over 0.5 s")],
+        [Finding("steal", "host", "warn", "steal 9% of the CPU time over 0.5 s")],
     )
     fleet = load_fleet(folder)
     assert [f.check for f in fleet.node("node1").doctor] == ["steal"]

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from nightly_runs import NightlyRuns, milabench, nightly_runs  # noqa: E402
 
 from milabench.history.store import Store  # noqa: E402
-from milabench.monitor.machine import git_head  # noqa: E402
+from milabench.machine.facts import git_head  # noqa: E402
 
 COMMIT = git_head(Path(__file__).resolve().parents[2])
 

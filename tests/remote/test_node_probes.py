@@ -1,6 +1,6 @@
 """The programs sent to a node (preflight's node probe, the fleet's facts probe, the
-doctor's checks) carry the modules they import, byte for byte (`milabench.monitor.inline`),
-and all report the one machine-facts record (`milabench.monitor.machine`). Run here with
+doctor's checks) carry the modules they import, byte for byte (`milabench.machine.inline`),
+and all report the one machine-facts record (`milabench.machine.facts`). Run here with
 ``python -I`` from ``/``: nothing of milabench importable but what the program carries."""
 
 from __future__ import annotations
@@ -18,21 +18,21 @@ from pathlib import Path
 import pytest
 
 import benchkit.accelerators
-from milabench.metadata import REPO_ROOT, machine_metadata
-from milabench.monitor import health
-from milabench.monitor.inline import (
-    MAX_ARGUMENT,
-    inline_program,
-    module_source,
-    unpacked_sources,
-)
-from milabench.monitor.machine import (
+from milabench.doctor.probe import probe_argv
+from milabench.machine.facts import (
     SHIPPED_MODULES,
     accelerator_arch,
     accelerator_count,
     git_head,
     machine_facts,
 )
+from milabench.machine.inline import (
+    MAX_ARGUMENT,
+    inline_program,
+    module_source,
+    unpacked_sources,
+)
+from milabench.metadata import REPO_ROOT, machine_metadata
 from milabench.remote import facts
 from milabench.remote.probe import RESULT_PREFIX, node_probe_argv, prefixed_json
 
@@ -92,7 +92,7 @@ def test_the_carried_parser_is_the_one_that_runs_on_the_node():
 def test_every_program_fits_one_argument_of_a_remote_shell(tmp_path):
     """Over SSH the whole command is one argument of the node's shell (Linux: 128 KiB)."""
     commands = {
-        "doctor": health.probe_argv("python3", paths=[str(tmp_path)]),
+        "doctor": probe_argv("python3", paths=[str(tmp_path)]),
         "preflight": node_probe_argv("python3", 29400, [str(tmp_path)]),
         "facts": facts.probe_argv({"g": str(tmp_path)}, str(tmp_path)),
     }

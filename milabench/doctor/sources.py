@@ -2,22 +2,13 @@
 
 `milabench fleet` and `milabench preflight` run this on every node before anything is
 copied (`probe_argv`: an inline program carrying `milabench.envs.pipconf`, so the node
-reads *its own* pip configuration files and login environment, as its ``milabench
-install`` will). For each source of the node's settings (the index, PyPI when none is
-named, each extra index, each find-links folder or page):
-
-* an ``http(s)`` source gets one GET of ``<index>/pip/`` (an index page: small, and any
-  answer but 401/403/407/5xx proves that the connection, the proxy, TLS and the
-  credentials work; a private index without ``pip`` answers 404, which is fine), with
-  pip's settings: the CA bundle (`PipSettings.ca_bundle`, else the system store, as pip
-  and uv with ``UV_SYSTEM_CERTS`` use), ``client-cert``, ``trusted-host``, ``proxy``
-  (else the proxy variables and ``NO_PROXY``), the credentials of the URL, ``timeout``;
-* a folder (or ``file://`` URL) must exist.
-
-A failure is named in the words of `milabench.envs.netcause` (``TLS: unknown issuer``,
-``HTTP 401 Unauthorized``, ``connection refused``, ``proxy refused the connection``...).
+reads *its own* pip configuration and login environment, as its ``milabench install``
+will). Each source of the node's settings (the index, PyPI when none is named, each extra
+index, each find-links folder or page) gets one GET with pip's settings (``http(s)``) or
+must exist (a folder); a failure is named in the words of `milabench.envs.netcause`.
 The probe prints one ``@milabench-sources {json}`` line; `summary_line` makes the one
-line per node the commands print. Standard library only, on the node.
+line per node the commands print. What each request sends and which answers pass:
+docs/doctor.md "Package sources". Standard library only, on the node.
 """
 
 from __future__ import annotations
@@ -41,15 +32,15 @@ MAX_TIMEOUT = 15.0
 _MAIN = r"""
 import json, sys
 from milabench.envs.pipconf import read_pip_settings
-from milabench.monitor.sources import PREFIX, check_sources
+from milabench.doctor.sources import PREFIX, check_sources
 print(PREFIX + json.dumps(check_sources(read_pip_settings())), flush=True)
 """
-SHIPPED = ("milabench.envs.pipconf", "milabench.monitor.sources")
+SHIPPED = ("milabench.envs.pipconf", "milabench.doctor.sources")
 
 
 def probe_argv(python: str) -> list[str]:
     """The command that prints the node's ``@milabench-sources {json}`` line."""
-    from milabench.monitor.inline import inline_program  # not needed on the node
+    from milabench.machine.inline import inline_program  # not needed on the node
 
     return [python, "-c", inline_program(_MAIN, SHIPPED, filename="<milabench-sources>")]
 

@@ -1,22 +1,11 @@
 """The facts of one machine (CPU, memory, OS, Python, accelerators) as one record.
 
-`machine_facts()` is the one probe of them. The `meta` record of every run reads it
-(`milabench.metadata`), and so do `milabench preflight` (`milabench.remote.probe`) and
-`milabench fleet` (`milabench.remote.facts`), which run this very module on each node
-(`SHIPPED_MODULES`, sent with `milabench.monitor.inline`). So it needs the standard library
-and `benchkit.accelerators` only. The record::
-
-    {"python": "3.11.7", "executable": "/usr/bin/python3",
-     "cpu": {"count": 64, "brand": "AMD EPYC 7543 32-Core Processor",
-             "isa": ["avx", "avx2", "fma", ...]},                # `ISA_FLAGS` it has
-     "memory": {"total": 1081909821440},                       # bytes, None if unknown
-     "os": {"sysname", "nodename", "release", "version", "machine"},
-     "accelerators": {"arch": "cuda", "gpus": {"0": device, ...}, "system": {...}}}
-
-``gpus`` maps the visible index to `benchkit.accelerators` device (``product``,
-``memory.total`` in MiB, ...), ``system`` is its ``system_info()`` (back-end, count,
-``driver_version``); a back-end that fails gives ``arch: "unknown"`` and the ``error``
-instead: reading facts never stops a run.
+`machine_facts()` is the one probe of them: the `meta` record of every run
+(`milabench.metadata`, its fields in docs/run-data.md), `milabench preflight`
+(`milabench.remote.probe`) and `milabench fleet` (`milabench.remote.facts`), which run
+this very module on each node (`SHIPPED_MODULES`, sent with `milabench.machine.inline`).
+So it needs the standard library and `benchkit.accelerators` only. Reading facts never
+stops a run: a back-end that fails gives ``arch: "unknown"`` and its ``error``.
 
 `git_head` (the commit of a clone, read without git) is here for the same reason: the
 `meta` record names the tool's commit, and the fleet's node probe the commit of the code
@@ -34,7 +23,7 @@ from typing import Any
 from benchkit import accelerators
 
 #: What a node needs to run `machine_facts` (in import order), for `inline_program`.
-SHIPPED_MODULES = ("benchkit.smi", "benchkit.accelerators", "milabench.monitor.machine")
+SHIPPED_MODULES = ("benchkit.smi", "benchkit.accelerators", "milabench.machine.facts")
 
 
 def cpu_brand() -> str:

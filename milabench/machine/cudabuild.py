@@ -1,20 +1,12 @@
 """Which CUDA build of the pinned frameworks an NVIDIA driver runs, and which build an
 environment holds.
 
-Each CUDA build milabench pins is an install variant (``requirements.<variant>.txt``,
-``constraints/<variant>.txt``) of the same framework versions:
-
-* ``cuda``: the CUDA 13.0 build (PyPI's Linux wheels of torch 2.13.0, ``jax[cuda13]``);
-* ``cuda12``: the CUDA 12.8 build (``+cu128`` wheels of PyTorch's index, ``jax[cuda12]``).
-
-The rule is NVIDIA's minor-version compatibility: a build for CUDA M.m runs on a driver
-whose ceiling (NVML's ``nvmlSystemGetCudaDriverVersion``: 12020 is 12.2) is M.x or later,
-that is on every driver from the first one of CUDA M.0 (525.60.13 for CUDA 12, 580.65.06
-for CUDA 13). Where the ceiling is below M.m (driver 535, CUDA 12.2, and the 12.8 build)
-the build runs *through* that compatibility: the libraries work as shipped, only code the
-driver would have to JIT-compile from a newer PTX cannot load; JAX documents the same
-floor for its CUDA 12 wheels (driver >= 525.60.13). The newest build the driver runs is
-chosen; a driver below CUDA 12.0 runs none.
+Each build is an install variant of the same framework versions (`BUILDS`: ``cuda``,
+CUDA 13.0; ``cuda12``, CUDA 12.8). `choose` picks the newest build the driver runs by
+NVIDIA's minor-version compatibility: a build for CUDA M.m runs on every driver from the
+first one of CUDA M.0 (`FIRST_DRIVER`), through that compatibility where the driver's
+ceiling is below M.m; a driver below CUDA 12.0 runs none. The rule, the drivers and why:
+docs/environments.md "Which CUDA build".
 
 Nothing here starts a process or imports NVML: the driver facts come in as the mapping
 `benchkit.accelerators.Accelerators.system_info` returns.
