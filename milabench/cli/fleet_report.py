@@ -4,14 +4,9 @@
                            [--mad-k K] [--min-gap F] [--tolerance F] [--ignore-env KEY]...
                            [--baseline FILE] [--write-baseline FILE] [--base PATH]
 
-FOLDER is a fleet folder (`<base>/fleet/fleet.<time>/`, holding fleet.json), or a folder
-holding fleet runs (`<base>/fleet`, or the base): its latest is used and named on stderr.
-Without FOLDER: the latest fleet run under `<base>/fleet` (--base, else MILABENCH_BASE,
-else ./results).
-
-Exit codes: 0 when no node is flagged, 1 when one is (slow, failed, environment differs,
-below baseline), 2 for a usage or input error (unreadable or newer fleet.json, bad
-baseline file, bad option): one line. docs/fleet.md explains every rule.
+FOLDER is a fleet folder or a folder of fleet runs (its latest, named on stderr); without
+it, the latest under `<base>/fleet`. Exit code 0 when no node is flagged, 1 when one is,
+2 for a usage or input error (one line). Options, rules and formats: docs/fleet.md.
 
 `milabench fleet` reuses `add_report_arguments`, `thresholds_from_args` and
 `report_fleet(folder, args)` so both commands take the same report options.

@@ -1,25 +1,14 @@
 """`milabench history`: stored results over time: change points (a site, alerts) or outliers.
 
-    milabench history [--method changepoints] [--url URL] [--base PATH]
-                      [--format text|markdown|json] [--all]
-                      [--output DIR] [--x date|commit] [--trend N] [--new N]
-                      [--min-effect 0.05] [--alpha 0.01]
-                      [--bench B]... [--machine M] [--suite S] [--tag T]
-                      [--notify URL] [--notify-always]
-    milabench history --method outliers [--bench B]... [--machine M] [--last N]
-                      [--k 3] [--window 10] [--check] [--format text|markdown|json]
+    milabench history [--method changepoints] [--output DIR] [--new N] [--notify URL] ...
+    milabench history --method outliers [--last N] [--k 3] [--window 10] [--check] ...
 
-`changepoints` (the default): every series (benchmark x machine x suite file) of the
-results store is searched for change points (docs/history.md). A change point that lowers
-the rate is an alert; the exit code is 1 when an alert is *new* (its first run after the
-change is among the last `--new` runs of its series), else 0.
-
-`outliers`: the last `--last` results of each benchmark (`--bench`, default all), each
-flagged when more than `--k` standard deviations from the `--window` results of its
-machine before it; with `--check` the exit code is 1 when a benchmark's latest result is
-flagged.
-
-Exit code 2 on a usage error (an empty store, an option of the other method).
+`changepoints` (the default) searches every series of the results store for change
+points; exit code 1 when a rate-lowering change point is new (its first run among the
+last `--new` runs of its series), else 0. `outliers` flags each result more than `--k`
+standard deviations from the `--window` results of its machine before it; with `--check`
+exit code 1 when a benchmark's latest result is flagged. Exit code 2 on a usage error (an
+empty store, an option of the other method). Every option and rule: docs/history.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """The typed benchmark entry: the one object the layers after the loader read.
 
-`load_suite` resolves a suite into plain mappings (YAML semantics: merge, inheritance,
-interpolation), validates them (`validate.py`, errors naming file/entry/key), and then
-calls `Entry.from_mapping` on each: the only place where keys become fields. Everything
-downstream (packs, plans, environments, the executor, reports) reads fields such as
-``entry.venv`` or ``entry.plan.nproc`` instead of re-deriving them from raw keys, so a
-default or a path rule lives in exactly one place.
-
-Why frozen stdlib dataclasses rather than pydantic or msgspec: the validation messages
-must name the file that wrote a key (``validate.py`` knows it, a schema library does
-not), the loader already produces checked plain data, and ``milabench --help`` must not
-pay for importing a validation library. `Entry.raw` keeps the resolved mapping: it is what
-a benchmark process receives as its configuration and what the run files record, so keys
-we do not model (a benchfile's own settings) travel unchanged.
-
-Records read back from run files (`config` events, possibly written by an older version)
-go through the same `from_mapping`: missing keys take the defaults below.
+`load_suite` resolves a suite into plain mappings, validates them (`validate.py`, errors
+naming file/entry/key), then calls `Entry.from_mapping` on each: the only place where
+keys become fields. Everything downstream reads fields such as ``entry.venv`` or
+``entry.plan.nproc``, so a default or a path rule lives in exactly one place.
+`Entry.raw` keeps the resolved mapping (what a benchmark receives and the run files
+record), so keys not modelled here travel unchanged. Records read back from run files go
+through the same `from_mapping`: missing keys take the defaults below. Why frozen stdlib
+dataclasses: the typed-entries paragraph of docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Brace placeholders and value helpers in argv (docs/config.md "Brace placeholders"), resolved at launch.
 
 ``{name}`` is replaced when `name` is one of the names of `placeholder_values`; any other
-brace text is left alone, so JSON arguments such as ``'{"a": 1}'`` survive. A name that
-is *almost* one of ours (``{n_workers}``, ``{gpu_cout}``) is probably a typo, so it is
-left alone too but reported with a warning.
-
-An argument that is exactly a helper call is then evaluated by the restricted evaluator of
-`milabench.config.safe_eval` (never `eval`):
-
-* ``auto(value, default)``: `value` when CPU auto-tuning is on (option ``cpu.auto``),
-  else `default`. Example: ``--workers: auto({n_worker}, 4)``.
-* ``auto_batch(default)``: the batch-size sizer. When option ``batch_resize`` is on and
-  the accelerator's memory capacity is known, `default` is scaled by
-  ``capacity / reference`` (reference: option ``batch_resize_reference`` in MiB, default
-  81920, an 80 GB accelerator), rounded down, at least 1. Otherwise `default`.
-* ``expr(<arithmetic>)``: numbers, ``+ - * / // % **``, parentheses, ``min``, ``max``,
-  ``int``, ``round`` and placeholder names (``expr(cpu_count // 2)``).
-
-In ``name=value`` arguments only the right-hand side is resolved. Integral float results
-are written without a fractional part (``expr(8 / 2)`` gives ``4``).
+brace text is left alone (JSON arguments survive), with a warning when it is *almost* one
+of ours (``{n_workers}``). An argument that is exactly a helper call (``auto``,
+``auto_batch``, ``expr``) is then evaluated by the restricted evaluator of
+`milabench.config.safe_eval`, never `eval`. In ``name=value`` arguments only the
+right-hand side is resolved. What each placeholder and helper gives: the page above.
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
 """Constraint files per install variant, and the package indexes they name.
 
-``constraints/<variant>.txt`` pins what every environment of that variant may get
-(``torch==2.13.0`` for ``cpu``...). pip constraint files cannot carry index options, yet
-the CUDA/ROCm/XPU builds of torch live on their own PyTorch indexes; so a constraints
-file names its indexes in *directive comments*, which pip and uv both ignore and which
-milabench turns into command-line options::
+``constraints/<variant>.txt`` pins what every environment of that variant may get. pip
+constraint files cannot carry index options, so a constraints file names its indexes in
+*directive comments*, which pip and uv both ignore and which milabench turns into
+command-line options, one per line::
 
     # milabench: --extra-index-url https://download.pytorch.org/whl/rocm6.4
 
-Accepted directives, one per line:
-
-* ``--index-url URL``, ``--extra-index-url URL``, ``--find-links PATH|URL``: passed to
-  uv and pip as they are;
-* ``--torch-backend cu128``: PyTorch's packages (torch, torchvision, ...) from PyTorch's
-  index of that build, everything else from the usual sources. uv gets ``--torch-backend``
-  (it asks that index for PyTorch's packages only, so a package it lacks never depends on
-  it); pip gets ``--extra-index-url https://download.pytorch.org/whl/cu128``;
-* ``--with REQUIREMENT``: a requirement every benchmark of the variant gets
-  (``nvidia-ml-py`` for the GPU monitor): `milabench pin` compiles it into each pinned
-  file, `milabench install` adds it to each group's install.
-
-Anything else is an error naming the file and line.
+Accepted: ``--index-url``, ``--extra-index-url``, ``--find-links`` (passed as they are),
+``--torch-backend cu128`` (uv's option; pip gets PyTorch's index of that build as an
+extra index) and ``--with REQUIREMENT`` (pinned into and installed with every group).
+Anything else is an error naming the file and line. What each directive does for uv and
+for pip: docs/environments.md "Constraint files and package indexes".
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """``milabench install``: build one validated environment per install group.
 
-For each group, in suite order: compute the input hash (`milabench.envs.marker`); when
-the marker matches, the group is "up to date" and nothing is started. Otherwise: remove
-the marker, (re)create the environment when needed, install the requirements
-(`milabench.envs.backends`), copy benchkit and benchshared in, import the key modules,
-and only then write the marker. A failing group is reported with the line that explains
-it and the other groups are still installed; the caller exits non-zero if any group
-failed.
-
-When uv's install fails for a network reason (`milabench.envs.netcause`: TLS, an HTTP
-status, a proxy, a refused or unroutable connection), the same install is tried once
-with pip, which says so on one line; the failure's explanation then names uv's cause
-and pip's. A failure is also written beside the environment
-(``<base>/venv/<group>.install-failed.json``: the host, the step, the explanation) so
-that `milabench run` and `preflight`, which find the environment unfinished, can say
-why without anyone opening the install logs; a successful install removes it.
-
-With ``--use-current-env`` no environment is created: the active interpreter is only
-checked (key imports), unless ``into_current_env`` asks to install the requirements into
-it explicitly.
+For each group, in suite order: when the input hash (`milabench.envs.marker`) matches
+the marker, the group is "up to date" and nothing starts. Otherwise the marker is
+removed, the environment (re)created when needed, the requirements installed
+(`milabench.envs.backends`), benchkit and benchshared copied in, the key modules
+imported, and only then the marker written. A failing group is reported with the line
+that explains it, also kept in ``<base>/venv/<group>.install-failed.json`` for `run` and
+`preflight`; the other groups are still installed and the caller exits non-zero. When
+uv fails for a network cause (`milabench.envs.netcause`) the install is tried once with
+pip. With ``--use-current-env`` the active interpreter is only checked, unless
+``into_current_env`` asks to install into it. Every step and rule: docs/environments.md
+"milabench install".
 """
 
 from __future__ import annotations

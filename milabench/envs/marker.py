@@ -1,20 +1,14 @@
 """The input hash of an install group, and the marker that records a successful install.
 
 An install is skipped ("up to date") when the hash of everything that decides the
-environment's content equals the one stored in the marker: requirement files' contents,
-the constraints file's content and entries' constraint lines and pip args, the variant
-and its ``--with`` requirements, the key imports, whether voir is installed, the
-interpreter (path and version) and the content of ``benchkit`` and ``benchshared``
-(copied into every environment, `milabench.envs.helperlib`). The backend (uv or pip) is
-deliberately *not* an input: both produce the same environment, and neither are the
-files' paths: the same files read from another folder (a moved clone, the per-run code
-copy of `milabench fleet` on a node) install the same environment. Nothing here starts a
-process, so the check takes milliseconds.
-
-The marker lives inside the environment (``<venv>/milabench-install.json``): deleting
-the environment deletes the mark. It is written last, after validation, atomically;
-it is removed before an install starts, so a failed or interrupted install is never
-taken for a good one.
+environment's content (requirement and constraint contents, pip args, the variant and
+its ``--with`` requirements, the key imports, whether voir is added, the interpreter,
+the content of ``benchkit`` and ``benchshared``) equals the one stored in the marker.
+Neither the backend nor the files' paths are inputs. Nothing here starts a process, so
+the check takes milliseconds. The marker lives inside the environment
+(``<venv>/milabench-install.json``); it is written last, after validation, atomically,
+and removed before an install starts, so a failed or interrupted install is never taken
+for a good one. The full list of inputs and why: docs/environments.md "milabench install".
 """
 
 from __future__ import annotations

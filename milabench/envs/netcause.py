@@ -1,26 +1,15 @@
 """Why an installer could not fetch a package: one short cause read from its output.
 
 uv and pip say why a download failed in their own words, spread over several lines (uv:
-``error: Failed to fetch: URL`` then ``cause: ...`` lines; pip: a ``Could not fetch URL``
-or ``Retrying ... after connection broken by`` warning, then ``ERROR: No matching
+``error: Failed to fetch: URL`` then ``cause: ...`` lines; pip: ``Could not fetch URL``
+or ``Retrying ... after connection broken by`` warnings, then ``ERROR: No matching
 distribution``). `classify` reads those lines and returns a `NetworkCause` naming the
-kind of trouble in the same words for both installers:
-
-* ``TLS: unknown issuer`` (the server's certificate is signed by an authority the
-  installer does not trust: a TLS-inspecting proxy, an internal index), ``TLS:
-  certificate expired``, ``TLS: certificate not valid for this host name``, ``TLS: the
-  server requires a client certificate``;
-* ``HTTP 401 Unauthorized`` (missing or wrong credentials), ``HTTP 403 Forbidden``,
-  ``HTTP 404 Not Found``, any other status;
-* ``proxy refused the connection``, ``proxy refused the tunnel (...)``;
-* ``DNS: cannot resolve HOST``, ``connection refused``, ``no route to host``,
-  ``network unreachable``, ``connection reset``, ``timed out``;
-
-with the URL (credentials redacted) or the host it happened at. None when the output
-shows no network cause (a requirement nobody publishes, a conflict): those are not
-helped by trying another installer. Pure functions of the lines, so every caller
+kind of trouble (TLS, an HTTP status, the proxy, DNS or the connection) in the same
+words for both installers, with the URL (credentials redacted) or the host. None when
+the output shows no network cause (a requirement nobody publishes, a conflict): trying
+another installer would not help. Pure functions of the lines, so every caller
 (`milabench install`, and through its error line `fleet` and `preflight`) names a
-failure the same way.
+failure the same way. The list of causes: docs/environments.md "Back-ends".
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """``milabench pin``: compile ``requirements.<variant>.txt`` files with ``uv pip compile``.
 
 Benchmarks of one install group share one environment, so their pins must agree. For
-each group we first compile a *group lock* from every benchmark's pin input together
-(plus ``constraints/<variant>.txt``), then compile each benchmark's own input with that
-lock as a constraint: each file lists only what its benchmark needs, at the versions the
-whole group resolved to. A benchmark's pin input is its ``requirements.<variant>.in`` when
-it has one, else its ``requirements.in`` (`milabench.pack.BenchmarkPackage.pin_input`);
-the variant's ``--with`` directives (``nvidia-ml-py`` for CUDA) are an input of every
-compile. The user's pip sources are forwarded to uv as for install, and the variant's
-index directives are honoured (``--torch-backend`` in uv's spelling).
-
-Re-pinning reproduces the committed files: uv prefers the versions already in an output
-file, so each benchmark's file is its own preference, and the group lock starts from the
-union of the group's pinned files: a version changes only when the inputs exclude it.
-The group lock is kept in the log folder ``runs/pin.<time>/<group>.lock.txt``.
+each group a *group lock* is compiled from every benchmark's pin input together (plus
+``constraints/<variant>.txt``), kept in ``runs/pin.<time>/<group>.lock.txt``; then each
+benchmark's pin input is compiled with that lock as a constraint, so each file lists only
+what its benchmark needs at the versions the whole group resolved to. The user's pip
+sources and the variant's directives are honoured as for install. Re-pinning reproduces
+the committed files: each output file and the union of the group's pins are uv's
+preferences. Pin inputs and the procedure: docs/environments.md "milabench pin".
 """
 
 from __future__ import annotations
@@ -28,6 +22,7 @@ from typing import Any
 
 from milabench.config.entry import Entry, as_entry
 from milabench.envs.constraints import (
+    Directives,
     constraints_dir,
     constraints_file,
     entry_constraint_lines,
@@ -36,7 +31,7 @@ from milabench.envs.constraints import (
 )
 from milabench.envs.install import LogFolder
 from milabench.envs.pipconf import PipSettings, read_pip_settings
-from milabench.envs.steps import run_step
+from milabench.envs.steps import StepResult, run_step
 from milabench.plan.spec import ProcessSpec
 
 _PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==\S+")
@@ -149,88 +144,139 @@ def seed_lock(lock: Path, pinned: list[Path]) -> None:
         lock.write_text("".join(f"{line}\n" for line in lines.values()), encoding="utf-8")
 
 
-def pin_all(
-    entries, system: dict, runs: Path, *, variant: str | None = None, echo: bool = False, say=print
-) -> tuple[list[PinResult], Path | None]:
-    """Compile every group's lock then each benchmark's pinned file (see module doc)."""
+@dataclass(frozen=True)
+class PinContext:
+    """What every compile of one `pin_all` call shares: the variant, its constraints
+    file and directives, pip's forwarded sources, the index strategy and the log folder."""
+
+    variant: str
+    base_constraints: Path | None
+    directives: Directives
+    index_args: list[str]
+    pip: PipSettings
+    strategy: str | None
+    logs: LogFolder
+    echo: bool
+
+    def compile(
+        self,
+        group: str,
+        inputs: list[str],
+        output: Path,
+        constraints: list[Path],
+        cwd: Path,
+        step: str,
+        sinks: list,
+    ) -> StepResult:
+        """Run one ``uv pip compile`` of ``inputs`` into ``output``, logged as ``step``."""
+        argv = compile_argv(
+            inputs, output, constraints, self.index_args, self.pip, self.variant, self.strategy
+        )
+        spec = _spec(group, argv, cwd, step, self.pip.uv_env())
+        return run_step(spec, sinks, echo=self.echo)
+
+
+def pin_context(system: dict, runs: Path, variant: str | None, echo: bool) -> PinContext:
+    """The shared settings of a pin run: ``variant`` defaults to the system's arch."""
     from milabench.config.options import get_option
 
     arch = str(system.get("arch") or "cpu")
     variant = variant or arch
-    folder = constraints_dir(system)
-    base_constraints = constraints_file(variant, arch, folder)
+    base_constraints = constraints_file(variant, arch, constraints_dir(system))
     directives = read_directives(base_constraints)
-    index_args = directives.uv_index_args
-    pip = read_pip_settings()
-    strategy = get_option(system, "install.index_strategy", None)  # None: by the sources
-    logs = LogFolder(runs, "pin")
+    return PinContext(
+        variant=variant,
+        base_constraints=base_constraints,
+        directives=directives,
+        index_args=directives.uv_index_args,
+        pip=read_pip_settings(),
+        strategy=get_option(system, "install.index_strategy", None),  # None: by the sources
+        logs=LogFolder(runs, "pin"),
+        echo=echo,
+    )
+
+
+def group_constraints(ctx: PinContext, group: PinGroup) -> list[Path]:
+    """The variant's constraints file and the group's entry constraint lines (written to
+    the log folder), in that order."""
+    constraints = [ctx.base_constraints] if ctx.base_constraints else []
+    extra = write_entry_constraints(
+        entry_constraint_lines(group.entries), ctx.logs.path / f"{group.name}.constraints.txt"
+    )
+    if extra is not None:
+        constraints.append(extra)
+    return constraints
+
+
+def with_inputs(ctx: PinContext) -> list[str]:
+    """The variant's ``--with`` requirements as one more compile input (a file in the log
+    folder), or none."""
+    if not ctx.directives.with_requirements:
+        return []
+    with_file = ctx.logs.path / f"{ctx.variant}.with.in"
+    with_file.write_text("".join(f"{r}\n" for r in ctx.directives.with_requirements))
+    return [str(with_file)]
+
+
+def compile_benchmarks(
+    ctx: PinContext,
+    group: PinGroup,
+    sinks: list,
+    constraints: list[Path],
+    added: list[str],
+    outputs: list[Path],
+) -> tuple[list[Path], str]:
+    """Each benchmark's pin input compiled against the group lock (first in
+    ``constraints``): the files written, and the first failure ("" when none)."""
+    written: list[Path] = []
+    for source, output in zip(group.inputs, outputs, strict=True):
+        definition = source.parent
+        result = ctx.compile(
+            group.name,
+            [source.name, *added],
+            output,
+            constraints,
+            definition,
+            definition.name,
+            sinks,
+        )
+        if not result.ok:
+            return written, f"{definition.name}: {result.error}"
+        written.append(output)
+    return written, ""
+
+
+def pin_group(ctx: PinContext, group: PinGroup, say=print) -> PinResult:
+    """Compile one group's lock, then each of its benchmarks' pinned files."""
+    start = time.perf_counter()
+    if not group.inputs:
+        return PinResult(group.name, True, 0.0, [], "no requirements.in")
+    sinks = ctx.logs.sinks()
+    constraints = group_constraints(ctx, group)
+    added = with_inputs(ctx)
+    outputs = [d / f"requirements.{ctx.variant}.txt" for d in group.definitions]
+    lock = ctx.logs.path / f"{group.name}.lock.txt"
+    seed_lock(lock, outputs)
+    say(f"[{group.name}] compiling the group lock")
+    inputs = [str(p) for p in group.inputs] + added
+    result = ctx.compile(group.name, inputs, lock, constraints, ctx.logs.path, "lock", sinks)
+    if not result.ok:
+        seconds = time.perf_counter() - start
+        return PinResult(group.name, False, seconds, [], f"lock: {result.error}")
+    written, failure = compile_benchmarks(ctx, group, sinks, [lock, *constraints], added, outputs)
+    return PinResult(group.name, not failure, time.perf_counter() - start, written, failure)
+
+
+def pin_all(
+    entries, system: dict, runs: Path, *, variant: str | None = None, echo: bool = False, say=print
+) -> tuple[list[PinResult], Path | None]:
+    """Compile every group's lock then each benchmark's pinned file (see module doc); the
+    results per group, and the log folder when a compile ran."""
+    ctx = pin_context(system, runs, variant, echo)
     results: list[PinResult] = []
     try:
-        for group in pin_groups(entries, variant, system):
-            start = time.perf_counter()
-            written: list[Path] = []
-            if not group.inputs:
-                results.append(PinResult(group.name, True, 0.0, [], "no requirements.in"))
-                continue
-            sinks = logs.sinks()
-            constraints = [base_constraints] if base_constraints else []
-            extra = write_entry_constraints(
-                entry_constraint_lines(group.entries), logs.path / f"{group.name}.constraints.txt"
-            )
-            if extra is not None:
-                constraints.append(extra)
-            added: list[str] = []
-            if directives.with_requirements:
-                with_file = logs.path / f"{variant}.with.in"
-                with_file.write_text("".join(f"{r}\n" for r in directives.with_requirements))
-                added = [str(with_file)]
-            outputs = [d / f"requirements.{variant}.txt" for d in group.definitions]
-            lock = logs.path / f"{group.name}.lock.txt"
-            seed_lock(lock, outputs)
-            say(f"[{group.name}] compiling the group lock")
-            argv = compile_argv(
-                [str(p) for p in group.inputs] + added,
-                lock,
-                constraints,
-                index_args,
-                pip,
-                variant,
-                strategy,
-            )
-            result = run_step(
-                _spec(group.name, argv, logs.path, "lock", pip.uv_env()), sinks, echo=echo
-            )
-            if not result.ok:
-                results.append(
-                    PinResult(
-                        group.name, False, time.perf_counter() - start, [], f"lock: {result.error}"
-                    )
-                )
-                continue
-            failure = ""
-            for source, output in zip(group.inputs, outputs, strict=True):
-                definition = source.parent
-                argv = compile_argv(
-                    [source.name, *added],
-                    output,
-                    [lock, *constraints],
-                    index_args,
-                    pip,
-                    variant,
-                    strategy,
-                )
-                result = run_step(
-                    _spec(group.name, argv, definition, definition.name, pip.uv_env()),
-                    sinks,
-                    echo=echo,
-                )
-                if not result.ok:
-                    failure = f"{definition.name}: {result.error}"
-                    break
-                written.append(output)
-            results.append(
-                PinResult(group.name, not failure, time.perf_counter() - start, written, failure)
-            )
+        for group in pin_groups(entries, ctx.variant, system):
+            results.append(pin_group(ctx, group, say))
     finally:
-        logs.close()
-    return results, (logs.path if logs.used else None)
+        ctx.logs.close()
+    return results, (ctx.logs.path if ctx.logs.used else None)

@@ -1,31 +1,14 @@
 """The user's pip network settings, read the way pip reads them, to hand over to uv.
 
-uv ignores pip's configuration. Without forwarding, the uv fast path would see other
-packages than the pip fallback (on a machine whose CPU torch wheel is only reachable
-through a pip ``find-links`` folder, it would not find it at all), and would fail where
-pip works (a ``cert`` naming the certificate authority of a TLS-inspecting proxy). We read
-the same files and variables pip does, in pip's order (later overrides earlier; a
-variable beats every file; an ``[install]`` section beats ``[global]``), and turn the
-result into what uv reads for the same thing:
-
-* ``index-url``, ``extra-index-url``: ``--index-url``, ``--extra-index-url``
-  (``UV_INDEX_URL``, ``UV_EXTRA_INDEX_URL`` when a URL holds credentials);
-* ``find-links``, ``no-index``: ``--find-links``, ``--no-index``;
-* ``trusted-host``: ``--allow-insecure-host``;
-* ``cert`` (``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` before it, as pip's requests
-  session does): ``SSL_CERT_FILE``;
-* ``client-cert``: ``SSL_CLIENT_CERT``;
-* ``proxy``: ``HTTPS_PROXY`` and ``HTTP_PROXY`` (both spellings);
-* ``timeout``, ``retries``: ``UV_HTTP_TIMEOUT``, ``UV_HTTP_RETRIES``;
-* the system trust store pip uses: ``UV_SYSTEM_CERTS=1`` (``UV_NATIVE_TLS=1`` before
-  uv 0.11).
-
-Variables uv reads itself (``HTTPS_PROXY``, ``NO_PROXY``, ``SSL_CERT_FILE``,
-``SSL_CERT_DIR``...) reach it unchanged; a ``UV_*`` variable the user set wins over its
-translation. Parsing the files ourselves (instead of running ``pip config list``) keeps
-an up-to-date check free of subprocesses. Everything is read where the install runs: on
-a node, by the node's own ``milabench install``, from the node's files and login
-environment.
+uv ignores pip's configuration, yet must see the packages, indexes and certificates pip
+would (a CPU torch wheel only in a ``find-links`` folder, the certificate authority of a
+TLS-inspecting proxy in ``cert``). The same files and variables are read in pip's order
+(later overrides earlier; a variable beats every file; ``[install]`` beats
+``[global]``), and the result is turned into the options and variables uv reads for the
+same thing; a ``UV_*`` variable the user set wins over its translation. The files are
+parsed here rather than through ``pip config list`` so that an up-to-date check starts
+no process. Everything is read where the install runs (on a node: the node's files and
+login environment). Which setting becomes what: docs/environments.md "Back-ends".
 """
 
 from __future__ import annotations

@@ -2,20 +2,14 @@
 
 While a local process runs, `watch` samples the resident set size of the leader and
 every descendant (torchrun's workers, data-loader workers) about once a second and hands
-``process_tree`` records to the runner, which writes them into the process's event
-stream like any other metric record::
-
-    {"task": "main", "time": <epoch s>,
-     "process_tree": {"rss": <bytes now>, "peak_rss": <max so far>, "processes": <count>,
-                      "peak_processes": <max count so far>}}
-
-The tree is walked through ``/proc/<pid>/task/<tid>/children`` (a cost that follows the
-tree, not the machine), one ``statm`` read per process, in a worker thread so that the
-event loop never waits on ``/proc``. RSS counts shared pages in every process that maps
-them, so the sum is an upper bound; zombies and remote (SSH) processes are not counted.
-Nothing here raises: a process that exits between two reads, a zombie or a permission
-error just drops out of that sample. Costs and limits: docs/performance.md "Memory
-sampling of process trees".
+``process_tree`` records (``rss``, ``peak_rss``, ``processes``, ``peak_processes``;
+docs/run-data.md) to the runner, which writes them into the process's event stream like
+any other metric record. The tree is walked through ``/proc/<pid>/task/<tid>/children``,
+one ``statm`` read per process, in a worker thread so that the event loop never waits on
+``/proc``. Shared pages count once per process (an upper bound); zombies and remote
+(SSH) processes are not counted. Nothing here raises: a process that exits between two
+reads or a permission error just drops out of that sample. Costs and limits:
+docs/performance.md "Memory sampling of process trees".
 """
 
 from __future__ import annotations

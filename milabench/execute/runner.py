@@ -2,22 +2,15 @@
 
 Each process is a `ProcessRun` (its spec, the `RunOptions`, the `JobContext` the
 benchmark's processes share) whose result is one `Outcome`, tagged with its `Ending`:
-exited, early stop, timeout, interrupted, or not started.
-
-For each `ProcessSpec` the sinks receive, in order: ``config`` (the redacted entry),
-``meta``, ``start``, then ``line``/``data``/``format_error``/other instrumentation events
-as they arrive, and ``end``. For a local process the runner adds its own ``data`` records
-of the process tree's memory (``process_tree``, see `milabench.execute.memory`): about
-once a second while the peak grows, every few seconds otherwise, and always one just
-before ``end``, and records of what the rest of the host did meanwhile (``interference``:
-other processes' CPU time, steal, CPU pressure; `milabench.execute.interference`), one
-sampler per benchmark shared by its local processes. Whatever happens (normal exit,
-crash, timeout, early stop, Ctrl-C, an exception in the orchestrator) every process the
-benchmark started is gone when `run_specs` returns: see `milabench.execute.cleanup`.
-
-Return codes in ``end`` (`Outcome.return_code`): the process's exit status (negative:
-killed by that signal), ``"TIMEOUT"`` (stopped after ``max_duration``),
-``"INTERRUPTED"`` (Ctrl-C), and 127/126 when the program could not be started.
+exited, early stop, timeout, interrupted, or not started. For each `ProcessSpec` the
+sinks receive, in order: ``config`` (the redacted entry), ``meta``, ``start``, then
+``line``/``data``/``format_error``/other instrumentation events as they arrive, and
+``end``. For a local process the runner adds ``process_tree`` records
+(`milabench.execute.memory`) and the ``interference`` records of one sampler per
+benchmark (`milabench.execute.interference`). Whatever happens (exit, crash, timeout,
+early stop, Ctrl-C, an exception here) every process the benchmark started is gone when
+`run_specs` returns (`milabench.execute.cleanup`). The return codes of ``end``:
+docs/run-data.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """What each node of a fleet runs, as plain data (no process, no connection).
 
-Every node runs its *own* single-node milabench: ``python -m milabench install``,
-``prepare`` and ``run`` with a one-node system file naming itself, in its own base
-folder. Three rules, each with its reason:
+Every node runs its *own* single-node milabench (``python -m milabench install``,
+``prepare`` and ``run``) with a one-node system file naming itself:
 
-* **Own base folder: ``<node base>/nodes/<node name>``.** ``<node base>`` is the node's
-  ``base:`` in the system file, else the main node's ``--base`` (the same rule as
-  `milabench.remote.sync.node_base`). The ``nodes/<name>`` level is always added: on a
-  shared filesystem, or with loopback "nodes" that are all this machine, nodes with the
-  same base would otherwise write the same environments, data and run folders at the same
-  time. Each node installs its own environments there (validating a rack means validating
-  every node's install, not the main node's copied over).
-* **Single-node entries only.** An entry with ``num_machines > 1`` needs several nodes
-  working together, which is not what a fleet compares; it is left out with a note, and
-  disabled on the nodes with ``--override <entry>.enabled=false`` so that the node's own
-  selection (the user's ``--select``/``--exclude`` given verbatim) resolves to exactly the
-  entries the main node chose.
-* **The node's system file keeps the user's settings but not the nodes.** Its ``arch``,
-  ``gpu``, ``cpu`` and ``options`` come from the user's file as written (not the main
-  node's detected facts: a node detects its own accelerators), with a single node, local,
-  and the node's copy of the main node's constraint files (same pins everywhere).
+* in its own base ``<node base>/nodes/<node name>`` (``<node base>``: the node's
+  ``base:``, else the main node's ``--base``, as `milabench.remote.sync.node_base`);
+* single-node entries only: one with ``num_machines > 1`` is left out with a note and
+  disabled on the nodes (``--override <entry>.enabled=false``), so that the node's own
+  selection resolves to exactly the entries the main node chose;
+* its system file keeps the user's ``arch``, ``gpu``, ``cpu`` and ``options`` as written
+  (a node detects its own accelerators) and names the node's copy of the constraints.
+
+Why each rule: docs/multinode.md "Validate a new rack".
 """
 
 from __future__ import annotations

@@ -2,18 +2,13 @@
 
 A phase (``milabench install|prepare|run`` on the node) is started through the
 executor's own launchers, as a `ProcessSpec`: `LocalLauncher` for a node that is this
-machine (its own session, every descendant tracked), `SSHLauncher` for the others (the
-variables sent in a 0600 file, never on the command line; the command leads a remote
-process group that ``stop`` signals as a whole). Nothing here builds a shell line from
-data: probes and sweeps are argv lists quoted by the connection pool.
-
-Why a separate sweep: the node's milabench starts each benchmark in a session of its own,
-out of reach of a signal to the phase's process group, and replaces the executor's
-process token with its own. Every phase therefore also carries `TOKEN_VAR` (inherited by
-everything below it); after each phase, and after a stop, whatever still holds that
-variable on the node is killed. A clean phase leaves nothing to sweep; a node whose
-connection dropped cannot be swept (its processes went with its sshd, or are out of
-reach, which the node's record then says).
+machine, `SSHLauncher` for the others (variables in a 0600 file, never on the command
+line; the command leads a remote process group that ``stop`` signals as a whole).
+Nothing here builds a shell line from data: probes and sweeps are argv lists quoted by
+the connection pool. Every phase carries `TOKEN_VAR`; after each phase, and after a stop,
+whatever still holds it on the node is killed (the sweep; why it is needed:
+docs/multinode.md "Validate a new rack"). A node whose connection dropped cannot be
+swept, which its record then says.
 """
 
 from __future__ import annotations

@@ -23,9 +23,17 @@ from milabench.fleet.model import (
     MAD_SCALE,
     MIN_NODES,
     SLOW,
+    Baseline,
     BenchCell,
     BenchRow,
+    DoctorRow,
+    EnvRow,
+    Flag,
+    FleetData,
+    FleetNode,
     FleetReport,
+    FleetThresholds,
+    SummaryRow,
     short_value,
 )
 from milabench.htmlkit.charts import bar_chart
@@ -472,135 +480,158 @@ def _check_dict(check: Any) -> dict[str, Any] | None:
     }
 
 
+def _cell_dict(row: BenchRow, name: str, cell: BenchCell) -> dict[str, Any]:
+    """One node's cell of a benchmark row: its rate, interval, slow check and baseline."""
+    return {
+        "status": cell.status,
+        "rate": _num(cell.rate),
+        "ci95_low": _num(cell.ci_low),
+        "ci95_high": _num(cell.ci_high),
+        "units": cell.units,
+        "n": cell.n,
+        "fail": cell.fail,
+        "relative": _num(row.relative.get(name)),
+        "slow_check": _check_dict(row.slow.get(name)),
+        "baseline": _num(row.baseline.get(name)),
+        "reason": cell.reason,
+    }
+
+
+def _benchmark_dict(row: BenchRow) -> dict[str, Any]:
+    """One benchmark across the fleet: its median, spread, allowed gap and cells."""
+    return {
+        "name": row.name,
+        "units": row.units,
+        "reporting": row.reporting,
+        "compared": row.compared,
+        "median": _num(row.median),
+        "mad": _num(row.mad),
+        "allowed_gap": _gaps_dict(row.allowed_gaps),
+        "cells": {name: _cell_dict(row, name, cell) for name, cell in row.cells.items()},
+    }
+
+
+def _summary_dict(s: SummaryRow | None) -> dict[str, Any] | None:
+    """The overall column (each node's geometric mean of rate / median), or None."""
+    if s is None:
+        return None
+    return {
+        "compared": s.compared,
+        "median": _num(s.median),
+        "mad": _num(s.mad),
+        "allowed_gap": _gaps_dict(s.allowed_gaps),
+        "nodes": {
+            n: {
+                "geomean_relative": _num(v),
+                "halfwidth": _num(s.halfwidths.get(n)),
+                "benchmarks": s.counts.get(n),
+                "slow_check": _check_dict(s.slow.get(n)),
+            }
+            for n, v in s.values.items()
+        },
+    }
+
+
+def _baseline_dict(baseline: Baseline | None) -> dict[str, Any] | None:
+    """Where the baseline came from, or None without one."""
+    if baseline is None:
+        return None
+    return {
+        "path": str(baseline.path) if baseline.path else None,
+        "source": baseline.source,
+        "schema_version": baseline.schema_version,
+    }
+
+
+def _fleet_dict(d: FleetData) -> dict[str, Any]:
+    """The fleet run the report reads: its folder, suite, selection and times."""
+    return {
+        "name": d.name,
+        "folder": str(d.folder),
+        "schema_version": d.schema_version,
+        "config": d.config,
+        "select": d.select,
+        "exclude": d.exclude,
+        "started": d.started,
+        "ended": d.ended,
+    }
+
+
+def _thresholds_dict(th: FleetThresholds) -> dict[str, Any]:
+    """The rules' settings, with the constants they use."""
+    return {
+        "mad_k": th.mad_k,
+        "mad_scale": MAD_SCALE,
+        "min_gap": th.min_gap,
+        "tolerance": th.tolerance,
+        "min_nodes": MIN_NODES,
+        "ignore_env": list(th.ignore_env),
+    }
+
+
+def _flag_dict(f: Flag) -> dict[str, Any]:
+    return {
+        "node": f.node,
+        "benchmark": f.benchmark,
+        "kind": f.kind,
+        "reason": f.reason,
+        "key": f.key,
+    }
+
+
+def _node_dict(n: FleetNode) -> dict[str, Any]:
+    """One node as fleet.json recorded it, with its run's verdict and doctor findings."""
+    return {
+        "name": n.name,
+        "host": n.host,
+        "status": n.status,
+        "reason": n.reason,
+        "phase_seconds": n.phase_seconds,
+        "run": n.run,
+        "hardware": n.hardware,
+        "problem": n.problem,
+        "run_verdict": n.report.verdict if n.report is not None else None,
+        "environment": n.environment,
+        "doctor": [f.as_dict() for f in n.doctor],
+    }
+
+
+def _doctor_dict(r: DoctorRow) -> dict[str, Any]:
+    return {
+        "check": r.check,
+        "subject": r.subject,
+        "problems": r.problems,
+        "findings": {n: f.as_dict() for n, f in r.findings.items()},
+    }
+
+
+def _environment_dict(r: EnvRow) -> dict[str, Any]:
+    return {
+        "key": r.key,
+        "majority": None if r.tie else r.majority,
+        "tie": r.tie,
+        "values": r.values,
+        "differing": r.differing,
+        "ignored": r.ignored,
+    }
+
+
 def fleet_report_dict(report: FleetReport) -> dict[str, Any]:
-    d = report.data
-    th = report.thresholds
-    benchmarks = []
-    for row in report.benchmarks:
-        cells = {}
-        for name, cell in row.cells.items():
-            cells[name] = {
-                "status": cell.status,
-                "rate": _num(cell.rate),
-                "ci95_low": _num(cell.ci_low),
-                "ci95_high": _num(cell.ci_high),
-                "units": cell.units,
-                "n": cell.n,
-                "fail": cell.fail,
-                "relative": _num(row.relative.get(name)),
-                "slow_check": _check_dict(row.slow.get(name)),
-                "baseline": _num(row.baseline.get(name)),
-                "reason": cell.reason,
-            }
-        benchmarks.append(
-            {
-                "name": row.name,
-                "units": row.units,
-                "reporting": row.reporting,
-                "compared": row.compared,
-                "median": _num(row.median),
-                "mad": _num(row.mad),
-                "allowed_gap": _gaps_dict(row.allowed_gaps),
-                "cells": cells,
-            }
-        )
-    s = report.summary
-    summary = None
-    if s is not None:
-        summary = {
-            "compared": s.compared,
-            "median": _num(s.median),
-            "mad": _num(s.mad),
-            "allowed_gap": _gaps_dict(s.allowed_gaps),
-            "nodes": {
-                n: {
-                    "geomean_relative": _num(v),
-                    "halfwidth": _num(s.halfwidths.get(n)),
-                    "benchmarks": s.counts.get(n),
-                    "slow_check": _check_dict(s.slow.get(n)),
-                }
-                for n, v in s.values.items()
-            },
-        }
-    baseline = None
-    if report.baseline is not None:
-        baseline = {
-            "path": str(report.baseline.path) if report.baseline.path else None,
-            "source": report.baseline.source,
-            "schema_version": report.baseline.schema_version,
-        }
+    """The report as JSON-able data (`render_json`), full precision, `schema_version`."""
     return {
         "schema_version": FLEET_REPORT_SCHEMA_VERSION,
         "kind": "milabench-fleet-report",
-        "fleet": {
-            "name": d.name,
-            "folder": str(d.folder),
-            "schema_version": d.schema_version,
-            "config": d.config,
-            "select": d.select,
-            "exclude": d.exclude,
-            "started": d.started,
-            "ended": d.ended,
-        },
-        "thresholds": {
-            "mad_k": th.mad_k,
-            "mad_scale": MAD_SCALE,
-            "min_gap": th.min_gap,
-            "tolerance": th.tolerance,
-            "min_nodes": MIN_NODES,
-            "ignore_env": list(th.ignore_env),
-        },
+        "fleet": _fleet_dict(report.data),
+        "thresholds": _thresholds_dict(report.thresholds),
         "exit_code": report.exit_code,
         "flagged_nodes": report.flagged_nodes,
-        "flags": [
-            {
-                "node": f.node,
-                "benchmark": f.benchmark,
-                "kind": f.kind,
-                "reason": f.reason,
-                "key": f.key,
-            }
-            for f in report.flagged
-        ],
-        "nodes": [
-            {
-                "name": n.name,
-                "host": n.host,
-                "status": n.status,
-                "reason": n.reason,
-                "phase_seconds": n.phase_seconds,
-                "run": n.run,
-                "hardware": n.hardware,
-                "problem": n.problem,
-                "run_verdict": n.report.verdict if n.report is not None else None,
-                "environment": n.environment,
-                "doctor": [f.as_dict() for f in n.doctor],
-            }
-            for n in d.nodes
-        ],
-        "doctor": [
-            {
-                "check": r.check,
-                "subject": r.subject,
-                "problems": r.problems,
-                "findings": {n: f.as_dict() for n, f in r.findings.items()},
-            }
-            for r in report.doctor
-        ],
-        "benchmarks": benchmarks,
-        "summary": summary,
-        "environment": [
-            {
-                "key": r.key,
-                "majority": None if r.tie else r.majority,
-                "tie": r.tie,
-                "values": r.values,
-                "differing": r.differing,
-                "ignored": r.ignored,
-            }
-            for r in report.environment
-        ],
-        "baseline": baseline,
+        "flags": [_flag_dict(f) for f in report.flagged],
+        "nodes": [_node_dict(n) for n in report.data.nodes],
+        "doctor": [_doctor_dict(r) for r in report.doctor],
+        "benchmarks": [_benchmark_dict(row) for row in report.benchmarks],
+        "summary": _summary_dict(report.summary),
+        "environment": [_environment_dict(r) for r in report.environment],
+        "baseline": _baseline_dict(report.baseline),
         "notes": report.notes,
     }
 

@@ -2,20 +2,13 @@
 
 One schema for every backend, plain SQL with named parameters (``:name``), which both
 `sqlite3` and SQLAlchemy's `text()` understand; SQLAlchemy is imported only for URLs that
-are not SQLite, so the default store needs nothing beyond the standard library.
-
-A run's identity is its folder name plus a hash of its `.data` files: importing the same
-run twice adds no rows, and a run folder that grew (e.g. `run --resume`) is a new run.
-`Store.results` gives one benchmark's summary rows (the outlier rule of
-`milabench.history.outliers` reads them) and `Store.series` every stored point of one
-benchmark with its interval (the change points of `milabench.history.series`).
-
-The store carries its schema version in ``mb_meta`` (``key = 'schema_version'``); a store
-without it is version 1. Opening an older store migrates it in place, one version step at
-a time (`STEPS`), and records the new version; a store with a newer version than
-`STORE_SCHEMA_VERSION` is refused with one line (docs/reports.md "Formats and versions").
-Version 1: the first tables; version 2: the history columns (`MIGRATIONS`, added with
-``ALTER TABLE ... ADD COLUMN``, rows kept, NULL in the old rows).
+are not SQLite. A run's identity is its folder name plus a hash of its `.data` files, so
+importing a run twice adds no rows. `Store.results` gives one benchmark's summary rows
+(read by `milabench.history.outliers`) and `Store.series` every stored point of one
+benchmark with its interval (read by `milabench.history.series`). The schema version is
+kept in ``mb_meta``; an older store is migrated in place one step at a time (`STEPS`,
+`MIGRATIONS`), a newer one refused in one line. The tables, identity and versions:
+docs/reports.md "Results store" and "Formats and versions".
 """
 
 from __future__ import annotations

@@ -6,12 +6,12 @@ A plan is a small tree::
       -> Voir (voir --stop 60 ... main.py args, VOIRFILE=...)
         -> PerGPU / NJobs (fan-out, one process per device or job)
         or TorchRun (one launcher starting several workers)
-          -> Wrapper subclasses of `milabench.remote` (ssh, docker, multi-node)
+        or a Wrapper subclass (the per-node launchers of `milabench.plan.multinode`)
 
-Each node computes `ProcessSpec`s from its inner node's specs with `specs(device)`;
-``device`` is the accelerator index a fan-out layer restricts the inner command to (None:
-every visible device). Nothing here starts a process, so a plan can be printed by
-`milabench matrix` and compared in unit tests.
+Each node computes `ProcessSpec`s from its inner node's specs with `specs(device)`
+(``device``: the accelerator a fan-out layer restricts the inner command to; None: all).
+Nothing here starts a process (SSH and Docker are applied when a spec starts on another
+node, `milabench.remote.launcher`), so `milabench matrix` prints a plan and tests compare it.
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ class TorchRun(PlanNode):
 class Wrapper(PlanNode):
     """Extension point: a layer that rewrites each spec of its inner node.
 
-    Subclasses (ssh, docker, multi-node launchers in `milabench.remote`) override
+    Subclasses (the multi-node launchers of `milabench.plan.multinode`) override
     `wrap(spec)` and return one spec or a list of specs (e.g. one per node); they must
     only add their own argv/env, never drop the inner command's.
     """

@@ -1,7 +1,9 @@
-"""Multi-node execution: SSH connections and launcher, multi-node plans, preflight, Slurm.
+"""Multi-node execution: SSH, launchers, code and folder sync, node facts, preflight, Slurm.
 
-Names are imported lazily (``from milabench.remote import SSHLauncher``) so that merely
-registering plan methods does not import asyncssh.
+The multi-node launch commands themselves are pure data in `milabench.plan.multinode`;
+this package runs them. The names of `_EXPORTS` are imported lazily (``from
+milabench.remote import SSHLauncher``), so importing the package, or one of its modules
+that needs no connection, does not import asyncssh.
 """
 
 from __future__ import annotations

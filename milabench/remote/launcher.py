@@ -1,26 +1,16 @@
 """`SSHLauncher`: start a `ProcessSpec` on another node, with the local launcher's interface.
 
-Data channel choice: remote processes always use **smuggling** (``DATA_FD=1``): records
-come hidden in standard output. For a ``"smuggle"`` spec the handle hands stdout over
-untouched with ``data=None`` and the runner separates the records, as for a local
-torchrun; for an ``"fd"`` spec the handle separates them itself (same
-`benchkit.channel.SmuggleDecoder`) and offers them as its ``data`` stream. An SSH channel has exactly two output streams, and a
-second channel for a descriptor would need a fifo or a port on the remote side; the
-smuggled stream needs nothing, and is what torchrun workers use anyway. A spec asking for
-``data_channel="fd"`` is therefore started with ``DATA_FD=1`` when it runs remotely.
-
-Paths: a spec holds the main node's paths. When the run copied the code to the node
-(`milabench.remote.codesync.push_for_run`, which activates a `CodeLayout` per node), the
-command is built from the node's own: working directory, argv words (the script,
-``<venv>/bin/torchrun`` under the base, ``--opt=/path``), path-valued variables
-(``VOIRFILE``, ``MILABENCH_DIR_*``, ``PATH``, the JSON of ``MILABENCH_CONFIG``), and the
-copied ``package_dir`` goes first on ``PYTHONPATH``. Without a layout (shared base, or no
-push) nothing is rewritten.
-
-Process control: the command runs as the leader of its own remote session (see
-`milabench.remote.ssh.remote_command`), which reports its PGID first; `terminate` and
-`kill` send ``kill -TERM|-KILL -<pgid>`` over the node's connection, so the whole
-remote group (torchrun and its workers) is reached, not only the shell.
+Remote processes always get ``DATA_FD=1``: records come smuggled in standard output.
+For a ``"smuggle"`` spec the handle hands stdout over untouched with ``data=None`` and
+the runner separates the records; for an ``"fd"`` spec the handle separates them itself
+(the same `benchkit.channel.SmuggleDecoder`) and offers them as its ``data`` stream. A
+spec holds the main node's paths: when the run copied the code to the node (a
+`CodeLayout` activated by `milabench.remote.codesync.push_for_run`), the working
+directory, argv words and path-valued variables become the node's, and the copied
+``package_dir`` goes first on ``PYTHONPATH``; without a layout nothing is rewritten. The
+command leads its own remote session and reports its PGID first (`milabench.remote.ssh`);
+`terminate` and `kill` signal that whole group over the node's connection. Why:
+docs/multinode.md "Running a multi-node benchmark" and "Without a shared filesystem".
 """
 
 from __future__ import annotations

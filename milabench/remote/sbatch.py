@@ -1,28 +1,15 @@
 """The batch script `milabench slurm sbatch` writes: a whole suite run as one Slurm job.
 
-Everything the job needs is decided when the script is written, on the login node, and
-baked into the script as absolute paths: the interpreter that runs milabench, the suite
-file, the base, the selection. The job then does not depend on the environment variables
-or the working directory it happens to start with, and the script on disk says exactly
-what ran. The job's output, and the system file it writes, go to ``<base>/slurm/``.
-
-On the allocation the script:
-
-1. writes the system file of the allocation's nodes with ``milabench slurm system``
-   (from ``SLURM_JOB_NODELIST``; the first node is the main one);
-2. runs ``milabench install`` and ``milabench prepare`` (``prepare=False`` skips both,
-   for a base that is already installed); with ``--use-current-env``, install only
-   checks the interpreter's packages;
-3. runs ``milabench preflight`` when the job has more than one node (one node has no
-   interconnect to check);
-4. runs the suite with ``milabench run`` into ``<base>/runs/slurm-<job id>.<time>``.
-
-The job's exit code is the first failing step's, else the run's verdict, so that
-``sbatch --wait`` and ``sacct`` tell a failed suite from a passed one.
-
-Values that reach a shell line are quoted with `shlex.quote`; values that reach an
-``#SBATCH`` line (which sbatch reads itself, without a shell) must be one printable word,
-since a line break there would start a new command in the script.
+Everything the job needs (interpreter, suite file, base, selection) is decided on the
+login node and baked into the script as absolute paths; its output and the system file
+it writes go to ``<base>/slurm/``. On the allocation the script writes the system file
+of the allocation's nodes (``milabench slurm system``), runs ``milabench install`` and
+``prepare`` (``prepare=False`` skips both), ``milabench preflight`` when the job has
+more than one node, then ``milabench run`` into ``<base>/runs/slurm-<job id>.<time>``.
+The job's exit code is the first failing step's, else the run's verdict. Values that
+reach a shell line are quoted with `shlex.quote`; a value that reaches an ``#SBATCH``
+line (read by sbatch without a shell) must be one printable word, since a line break
+there would start a new command. The job, step by step: docs/multinode.md "Slurm".
 """
 
 from __future__ import annotations

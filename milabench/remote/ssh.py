@@ -1,19 +1,12 @@
-"""SSH connections (one per node, reused) and the remote command line.
-
-Why asyncssh rather than the ``ssh`` client: one TCP connection per node carries every
-command of the run (no handshake per benchmark), exit statuses and streams arrive as
-asyncio objects, and errors are typed (refused, timed out, host key) so that each can be
-turned into one sentence naming the node.
+"""SSH connections (one per node, reused, asyncssh) and the remote command line.
 
 Host keys are verified against ``~/.ssh/known_hosts`` by default. Options (see
-`milabench.config.topology.get_option`):
-
-* ``ssh.known_hosts: PATH``: verify against that file instead;
-* ``ssh.strict_host_key_checking: false``: accept any host key (explicit, never implied);
-* ``ssh.connect_timeout: 10``: seconds before an unreachable node fails.
-
+`milabench.config.topology.get_option`): ``ssh.known_hosts: PATH`` (verify against that
+file instead), ``ssh.strict_host_key_checking: false`` (accept any host key: explicit,
+never implied), ``ssh.connect_timeout: 10`` (seconds before an unreachable node fails).
 The client key is ``system.sshkey`` (``~`` expanded); without it asyncssh's default keys
-and agent are used.
+and agent are used. Errors become one sentence naming the node. Why asyncssh, and the
+command line sent: docs/multinode.md "Running a multi-node benchmark".
 """
 
 from __future__ import annotations

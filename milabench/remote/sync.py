@@ -2,18 +2,14 @@
 
 Each worker gets one method, reported per node: ``shared`` (a marker file written under
 the main node's base is seen under the worker's: nothing to copy), else ``rsync`` (3.2.3
-or newer on both ends: ``rsync -a --delete --mkpath`` over ``ssh`` with the system's key
-and known_hosts settings), else ``sftp`` (asyncssh, the same rules). A folder under the
-main node's base goes to the same place under the worker's base (`node_base`), and an
-environment copied to another path is relocated there (`RELOCATE_VENV`). ``--delete``
-acts inside each synced folder only; ``<base>/data`` is only added to. The rules and
-why: docs/multinode.md "Install and prepare across nodes" and "Without a shared
-filesystem".
-
-Callers (install, prepare) use ``sync_phase(system, base, paths)`` (a line such as
-``workers: node1 shared, node2 rsync``) or, inside a running event loop, ``await
-sync_to_workers(system, base, paths)`` (``{"node1": "shared" | "rsync" | "sftp"}``). A
-worker that cannot be reached raises `NodeError` naming it within ``ssh.connect_timeout``.
+or newer on both ends, over ``ssh`` with the system's key and known_hosts settings),
+else ``sftp`` (asyncssh, the same rules). A folder under the main node's base goes to the
+same place under the worker's base (`node_base`), and an environment copied to another
+path is relocated there (`RELOCATE_VENV`). ``--delete`` acts inside each synced folder
+only; ``<base>/data`` is only added to. Callers use ``sync_phase(system, base, paths)``
+or, inside an event loop, ``await sync_to_workers(...)``; a worker that cannot be reached
+raises `NodeError` naming it within ``ssh.connect_timeout``. The rules and why:
+docs/multinode.md "Install and prepare across nodes" and "Without a shared filesystem".
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """From `FileResult`s to per-benchmark statistics, benchmark scores and the suite score.
 
-Rules (docs/reports.md section 1):
-* whether a file succeeded is `milabench.report.outcome`'s one rule (`file_status` only
-  gathers its facts); capability skips are neither success nor failure;
-* the rate samples of the successful files of a benchmark are pooled, the single min and
-  max dropped when there are 5 or more (`stats.trim`), then summarised;
-* benchmark score = (per_gpu: sum over devices of each device's trimmed mean rate;
-  otherwise the trimmed mean of the pooled rates) x (1 - fail / n);
-* every benchmark says how good its number is: observations, warm-up and measured time,
-  the 95% interval of its rate (batch means per file, `benchkit.window.rate_interval`,
-  combined as independent errors) and whether the precision target was met, with a
-  warning for each shortfall (docs/measurement.md);
-* benchmarks measured from outside (a voirfile's probes) say what the instrumentation
-  cost: the largest `overhead` fraction of their successful files, a warning above
-  `OVERHEAD_WARN` of a step;
-* suite score = exp(sum w ln(score + 1) / sum w), w = weight x enabled; an enabled,
-  weighted benchmark without a result counts as 0 and carries the reason; a suite in
-  which no weighted benchmark measured has no score (None, and the reason), not the
-  formula's 1.
+Whether a file succeeded is `milabench.report.outcome`'s one rule (`file_status` only
+gathers its facts). The rate samples of a benchmark's successful files are pooled and
+trimmed (`stats.trim`), then summarised; the benchmark score is its rate (per_gpu: the
+sum over devices) times ``1 - fail / n``. Every benchmark says how good its number is
+(observations, times, the 95% interval of its rate, the precision target, the
+instrumentation's cost above `OVERHEAD_WARN`), with a warning for each shortfall. The
+suite score is the weighted geometric mean of ``score + 1``; an enabled, weighted
+benchmark without a result counts as 0 and carries the reason, and a suite in which no
+weighted benchmark measured has no score (None, and the reason). The rules and
+formulas: docs/reports.md section 1.
 """
 
 from __future__ import annotations

@@ -2,23 +2,14 @@
 
 Everything that says "passed" or "failed" asks this module: the report's per-file
 status and its verdict, the exit code of `milabench run` / `milabench report`, and the
-live dashboard. Nothing else re-derives it, so the printed verdict and the exit code
-cannot disagree (docs/measurement.md section 4).
-
-A process **succeeds** when all of these hold:
-* it was not skipped (a capability skip is neither a success nor a failure);
-* it measured: at least ``required`` throughput observations (``measure.
-  required_observations``, default 1; a window with fewer than ``measure.
-  min_observations`` is a warning, not a failure: a slow machine is a slow result);
-* no loss was NaN or infinite, **even when the run was stopped early** (a NaN loss
-  followed by an early stop is still a failure);
-* no error event (``ERROR_EVENTS``: ``error``, voir's ``overseer_error``) was recorded;
-* it ended by itself with code 0, or the instrumentation stopped it (early stop): a
-  timeout, an interruption, a missing ``end`` or a non-zero code fail it.
-
-A run **passes** when something was measured (an all-skipped or empty run fails and says
-why), the failure rate is at most the allowed one, and every enabled validation layer
-passed. The exit code is 0 exactly when the verdict is PASS.
+live dashboard, so the printed verdict and the exit code cannot disagree. A process
+**succeeds** when it was not skipped (a capability skip is neither success nor failure),
+measured at least ``required`` throughput observations, had no NaN or infinite loss
+(even when stopped early), recorded no error event (``ERROR_EVENTS``), and ended by
+itself with code 0 or by the instrumentation's early stop. A run **passes** when
+something was measured, the failure rate is at most the allowed one, and every enabled
+validation layer passed; the exit code is 0 exactly when the verdict is PASS. The rule
+in full: docs/measurement.md section 4.
 """
 
 from __future__ import annotations

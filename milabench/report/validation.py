@@ -1,19 +1,13 @@
 """Validation layers: each reads the results and adds a verdict bit to the exit code.
 
-| layer       | default | fails when                                                      |
-|-------------|---------|-----------------------------------------------------------------|
-| error       | on      | a process did not succeed (`outcome`'s rule: error, NaN loss,   |
-|             |         | non-zero code, timeout, nothing measured...)                    |
-| ensure_rate | on      | a process (or multi-node launch) produced no throughput sample  |
-| version     | on      | the `meta` record is missing                                    |
-| loss        | opt-in  | a loss is NaN (an increasing loss is a warning)                 |
-| usage       | opt-in  | mean accelerator load < gpu_load_threshold (memory: a warning)  |
-| planning    | opt-in  | the number of processes that reported differs from the plan     |
-| golden      | on      | a golden check (the timed op vs float64 on cpu) was out of      |
-|             |         | tolerance: the line names the check, its error and tolerance    |
-
-`--validations a,b` adds layers to the default set, `all` enables every layer and
-`-name` removes one. Capability skips are never validation failures.
+Layers on by default: ``error`` (a process did not succeed by `outcome`'s rule),
+``ensure_rate`` (a process or multi-node launch produced no throughput sample),
+``version`` (no ``meta`` record), ``golden`` (a golden check was out of tolerance).
+Opt-in: ``loss`` (a NaN loss), ``usage`` (mean accelerator load below its threshold),
+``planning`` (the processes that reported differ from the plan). ``--validations a,b``
+adds layers to the default set, ``all`` enables every layer and ``-name`` removes one.
+Capability skips are never validation failures. What each layer checks and says:
+docs/reports.md "Validation layers".
 """
 
 from __future__ import annotations

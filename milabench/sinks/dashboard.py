@@ -1,29 +1,16 @@
 """Live view of a run on the terminal (a sink: ``on_event(tag, event)`` and ``close()``).
 
-Two renderings behind one factory, `make_dashboard`:
-
-* `LiveDashboard` (a terminal and mode ``long``/``short``): one row per running
-  benchmark process (``long``) or per benchmark (``short``) with its status, a progress
-  bar with ETA from ``progress`` records, the latest rate and loss, and accelerator
-  load/memory/temperature when known, under a global line (benchmarks done, elapsed).
-  Finished rows are printed once, permanently, above the live block.
-* `PlainDashboard` (not a terminal, or ``--dash no``): one line per start, end (with the
-  status and the return code), error and message, the end of warm-up and the measured
-  window, and a throttled rate line per process.
-
-Both say what the report will say: the status of a finished process is
-`milabench.report.outcome.status` of the facts seen in its events (rates, NaN losses,
-errors, early stop, skip, return code), never the return code alone, so a NaN loss
-followed by an early stop reads "failed (NaN loss (then stopped early))", not "done".
-Every measured number goes through `milabench.report.numbers` (3 significant digits: a
-rate of 0.000851 reads 0.000851, not 0.0; counts such as steps stay exact). A row shows "warm-up" until the benchmark's
-``warmup`` record (or its first rate), then the live rate, then the ``window`` record's
-mean with its 95% interval and whether the precision target was met; and the peak memory
-of the process tree (``process_tree`` records written by the runner).
-
-The runner calls ``on_event`` for every event, hundreds of thousands per run, so it only
-updates a few fields (O(1), no I/O); the live block is redrawn by a background thread at
-most ``fps`` times per second, never per event.
+`make_dashboard` gives a `LiveDashboard` on a terminal (mode ``long``: one row per
+running process, ``short``: per benchmark; status, progress bar with ETA, latest rate
+and loss, accelerator load/memory/temperature, under a global line; finished rows
+printed once above the live block) or a `PlainDashboard` (not a terminal, or ``--dash
+no``: one line per start, end, error, message, end of warm-up and window, and a
+throttled rate line per process). Both say what the report will say: a finished
+process's status is `milabench.report.outcome.status` of the facts seen in its events,
+never the return code alone, and numbers go through `milabench.report.numbers`.
+``on_event`` only updates a few fields (O(1), no I/O: it sees every event of the run);
+a background thread redraws the live block at most ``fps`` times per second. What a row
+shows: docs/architecture.md "Events and sinks"; sample screens: docs/dashboard.txt.
 """
 
 from __future__ import annotations
