@@ -12,7 +12,7 @@ machine's own settings, which torch it would install (``pip install --dry-run --
 when that is a CUDA build it adds PyTorch's CPU index (``--extra-index-url``, the
 ``+cpu`` build then wins) if the index answers, else it says in one line that the CUDA
 build will be installed. Then it runs ``pip install -e '.[test]'`` in the repository.
-Exit status: pip's. Standard library only (docs/testing.md, "Dependencies").
+Exit status: pip's. Standard library only (docs/testing.md, "Two tiers").
 """
 
 from __future__ import annotations
