@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -326,6 +327,7 @@ def test_an_unreachable_endpoint_is_one_line_per_input(tmp_path, monkeypatch):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    started = time.monotonic()
     done = run_fetch(
         ["pythia-1b-deduped", "bengio2021flow-proxy"], "rlhf-single", tmp_path / "in",
         HF_ENDPOINT=f"http://127.0.0.1:{port}", MILABENCH_URL_MIRROR=f"http://127.0.0.1:{port}",
@@ -336,6 +338,8 @@ def test_an_unreachable_endpoint_is_one_line_per_input(tmp_path, monkeypatch):
     assert lines[0].startswith(
         f"{PREFIX} pythia-1b-deduped for rlhf-single unavailable: 127.0.0.1:{port} unreachable"
     )
+    # asked once, before the hub client's retries: an offline machine is told at once
+    assert time.monotonic() - started < 20
     assert lines[1].startswith(
         f"{PREFIX} bengio2021flow-proxy for rlhf-single unavailable: 127.0.0.1:{port} unreachable"
     )

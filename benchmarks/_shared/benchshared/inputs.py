@@ -258,6 +258,11 @@ def _fetch_hub(spec: Any, folder: Path) -> tuple[str, dict[str, dict[str, Any]]]
         ) from None
     endpoint = os.environ.get("HF_ENDPOINT") or None
     token = hub_token()
+    from huggingface_hub import constants as hub_constants
+
+    unreachable = _unreachable(endpoint or hub_constants.ENDPOINT)
+    if unreachable is not None:
+        raise Unavailable(unreachable, UNREACHABLE_FIX)
     try:
         return _download_hub(hub, spec, folder, endpoint, token)
     except Unavailable:
@@ -267,6 +272,37 @@ def _fetch_hub(spec: Any, folder: Path) -> tuple[str, dict[str, dict[str, Any]]]
         if cause is None:
             raise
         raise Unavailable(*cause) from None
+
+
+UNREACHABLE_FIX = (
+    "check the network or the proxy (HTTPS_PROXY), or prepare it where the hub is "
+    "reachable and carry it with 'milabench bundle'"
+)
+PROBE_TIMEOUT_S = 10.0
+_PROBED: dict[str, str | None] = {}
+
+
+def _unreachable(endpoint: str) -> str | None:
+    """Why `endpoint` cannot be reached (no name, refused, timed out), None when it
+    answers at all (any HTTP status). Asked once per endpoint and process, so that an
+    offline machine says so at once instead of waiting out the hub client's retries for
+    every file."""
+    if endpoint not in _PROBED:
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        request = urllib.request.Request(endpoint.rstrip("/") + "/api/whoami-v2", method="HEAD")
+        try:
+            with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S):
+                _PROBED[endpoint] = None
+        except urllib.error.HTTPError:
+            _PROBED[endpoint] = None  # it answered
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            host = urllib.parse.urlsplit(endpoint).netloc or endpoint
+            _PROBED[endpoint] = f"{host} unreachable ({reason})"
+    return _PROBED[endpoint]
 
 
 def _download_hub(
