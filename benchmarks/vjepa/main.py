@@ -32,6 +32,14 @@ not on the package registries; this is its training step on `benchshared.vit`:
 Throughput: clips/s. Under torchrun the encoder and predictor train with DDP (static
 graph: each runs twice a step) and rank 0 reports the global rate. ``--arch tiny`` for
 CPUs.
+
+Passes over the videos (`benchshared.datasets.timed_passes`): the set is upstream's 1,000
+videos, so on 8 GPUs a rank's pass is 125 videos, 5 batches of 24. Each pass is one
+epoch of the timed iterator: its first batch, for which a loader worker decodes 24
+videos while the GPU waits, is fetched before the clock restarts, as upstream's
+benchmate timer fetches it before its first event (jepa's loop makes a new iterator per
+pass). The rest of the pass is timed; the last step of a pass ends when the loader
+says the pass is over.
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ from benchkit.torchsetup import (
     setup,
     teardown_distributed,
 )
-from benchshared.datasets import data_dir
+from benchshared.datasets import data_dir, timed_passes
 from benchshared.vision import MEAN, STD
 from benchshared.vit import ARCHES, build_vit, gather_tokens
 
@@ -360,12 +368,17 @@ def main(argv: list[str] | None = None) -> None:
         drop_last=True, num_workers=args.num_workers, persistent_workers=args.num_workers > 0,
         pin_memory=device.type == "cuda", collate_fn=collate,
     )  # fmt: skip
+    if len(loader) == 0:
+        raise SystemExit(
+            f"vjepa: {len(dataset)} videos over {world} rank(s) hold no whole batch of "
+            f"{args.batch_size} per rank: prepare more videos (--videos)"
+        )
     if rank == 0:
         n = sum(p.numel() for p in encoder.parameters())
         print(
             f"vjepa: ViT-{args.arch}/{args.patch} ({n / 1e6:.1f}M parameters), {tokens} "
             f"tubelets per clip, {len(args.mask_blocks)} mask sets, batch {args.batch_size} x "
-            f"{world}, {args.precision} on {device}",
+            f"{world}, {args.precision} on {device}, passes of {len(loader)} batches",
             flush=True,
         )
 
@@ -380,12 +393,6 @@ def main(argv: list[str] | None = None) -> None:
     def loss_of(batch: tuple, enc: nn.Module, pred: nn.Module) -> torch.Tensor:
         with run.autocast():
             return jepa_loss(target, enc, pred, *batch)
-
-    def batches():
-        for epoch in range(100_000):
-            if sampler is not None:
-                sampler.set_epoch(epoch)
-            yield from loader
 
     # Model FLOPs (without the recomputed forwards of checkpointing; hardware FLOPs
     # beside), counted on 2 random clips with masks drawn as the loader draws them.
@@ -411,9 +418,10 @@ def main(argv: list[str] | None = None) -> None:
         pred = DistributedDataParallel(predictor, device_ids=ids, static_graph=True)
     opt = torch.optim.AdamW(param_groups(encoder, predictor, args.weight_decay), lr=args.lr)
     scaler = torch.amp.GradScaler(device.type, enabled=run.amp_dtype is not None)
-    timed = TimedIterator(batches(), batch_size_fn=lambda b: len(b[0]), device=device)
+    # The loader itself, one epoch per pass: each pass's first batch comes before the clock.
+    timed = TimedIterator(loader, batch_size_fn=lambda b: len(b[0]), device=device)
     try:
-        for batch in timed:
+        for batch in timed_passes(timed, sampler):
             batch = on_device(batch)
             loss = loss_of(batch, enc, pred)
             scaler.scale(loss).backward()
@@ -429,6 +437,8 @@ def main(argv: list[str] | None = None) -> None:
             float(all_reduce_mean(clips.var(dim=1).mean(dim=0)))
             float(all_reduce_mean(torch.min(clips.var(dim=1))))
             timed.record_loss(float(loss.detach()))
+        if rank == 0:
+            print(f"vjepa: {timed.epochs} pass(es) over the videos", flush=True)
     finally:
         enc = pred = opt = timed = None  # noqa: F841 - DDP's reducers go before the group
         teardown_distributed()

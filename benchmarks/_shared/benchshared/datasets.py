@@ -8,7 +8,9 @@ interrupted generation is redone and a finished one is detected in microseconds;
 for different parameters regenerates (an image folder of the same layout is only grown,
 never shrunk: `make_image_folder`). A folder that several ranks read is sized from the
 node's GPUs, the entry's batch size and its measurement window (`images_per_class`,
-`node_ranks`, `batches_per_rank`).
+`node_ranks`, `batches_per_rank`; `fake_imagenet_plan` says what a prepare would hold).
+A set too costly to size so (V-JEPA's videos) is read in passes by `timed_passes`, which
+leaves each pass's first batch out of the timing, as upstream's timer does.
 
 Standard library only; Pillow is imported lazily by `make_image_folder` (the benchmark's
 own environment has it) and numpy, when importable, only speeds up `make_token_file`.
@@ -16,6 +18,7 @@ own environment has it) and numpy, when importable, only speeds up `make_token_f
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -28,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 MARKER = "done"
 
@@ -380,7 +383,7 @@ def batches_per_rank(measure: Any = None) -> int:
     from benchkit.options import parse_measure  # the window's settings: standard library only
 
     try:
-        settings = parse_measure(measure if isinstance(measure, dict) else None)
+        settings = parse_measure(dict(measure) if isinstance(measure, Mapping) else None)
     except ValueError:
         settings = parse_measure(None)
     span = settings.warmup_max + settings.max
@@ -417,6 +420,71 @@ def images_per_class(batch_size: int, ranks: int, batches: int, classes: int) ->
     return -(-batch_size * batches * ranks // classes)
 
 
+@dataclass(frozen=True)
+class FolderPlan:
+    """What the prepare step of an image folder leaves: ``per_class`` images in each of
+    ``classes`` classes of ``size`` px under ``root`` (``per_class`` 0: synthetic data,
+    nothing to prepare). ``sizing`` says how the count was chosen when it was scaled to
+    the node (one line, printed by `prepare_image_folder`), else it is empty."""
+
+    root: str
+    classes: int
+    per_class: int
+    size: int
+    sizing: str = ""
+
+    @property
+    def images(self) -> int:
+        """Images in the folder: ``classes x per_class``."""
+        return self.classes * self.per_class
+
+
+def plan_image_folder(
+    argv: list[str] | None,
+    *,
+    folder: str,
+    classes: int,
+    per_class: int,
+    size_option: str,
+    size: int,
+    scale: bool = False,
+    environ: Mapping[str, str] | None = None,
+    description: str = "",
+) -> FolderPlan:
+    """The folder `prepare_image_folder` makes for ``argv`` (main.py's argv; unknown
+    options are ignored) under the variables ``environ`` (default ``os.environ``:
+    ``MILABENCH_CONFIG``, ``MILABENCH_GPU_COUNT``, ``MILABENCH_DIR_DATA``), without
+    writing anything. Options read: ``--data``, ``--classes``, ``--images-per-class``,
+    ``size_option``, ``--batch-size``, ``--synthetic-data``. The count is
+    ``--images-per-class`` when given; else, with ``scale`` and a ``--batch-size``,
+    enough for every rank of the node to read `batches_per_rank` batches
+    (`images_per_class`, `node_ranks`); else ``per_class``."""
+    import argparse  # lazily: only prepare scripts parse options here
+
+    env = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data", default=None, help=f"default: $MILABENCH_DIR_DATA/{folder}")
+    parser.add_argument(size_option, dest="size", type=int, default=size)
+    parser.add_argument("--classes", type=int, default=classes)
+    parser.add_argument("--images-per-class", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--synthetic-data", action="store_true")
+    args, _unknown = parser.parse_known_args(argv)
+    root = args.data or os.path.join(env.get("MILABENCH_DIR_DATA", "data"), folder)
+    if args.synthetic_data:
+        return FolderPlan(root, args.classes, 0, args.size)
+    count, sizing = args.images_per_class, ""
+    if count is None and scale and args.batch_size:
+        entry = entry_config(env)
+        ranks, batches = node_ranks(env, entry), batches_per_rank(entry.get("measure"))
+        count = images_per_class(args.batch_size, ranks, batches, args.classes)
+        sizing = (
+            f"{folder} sized for {ranks} rank(s) x {batches} batches of {args.batch_size}: "
+            f"{count} images in each of {args.classes} classes"
+        )
+    return FolderPlan(root, args.classes, per_class if count is None else count, args.size, sizing)
+
+
 def prepare_image_folder(
     argv: list[str] | None,
     *,
@@ -434,45 +502,48 @@ def prepare_image_folder(
     """The whole ``prepare.py`` of a benchmark that trains on a JPEG folder (``noise``,
     ``quality``: the images' content and JPEG quality, `make_image_folder`).
 
-    prepare.py gets the same argv as main.py, so unknown options are ignored; only
-    ``--data`` (default ``$MILABENCH_DIR_DATA/<folder>``), ``--classes``,
-    ``--images-per-class``, the image size option (``size_option``, e.g.
-    ``--image-size``), ``--batch-size`` and ``--synthetic-data`` (nothing to prepare)
-    matter. The folder holds ``--images-per-class`` images per class when given; else,
-    with ``scale``, enough for every rank of the node to read `batches_per_rank` batches
-    of ``--batch-size`` (`images_per_class`, `node_ranks`); else ``per_class``.
+    prepare.py gets the same argv as main.py, so unknown options are ignored; the folder
+    and its size are `plan_image_folder`'s (``--images-per-class`` when given; else, with
+    ``scale``, enough for every rank of the node to read `batches_per_rank` batches of
+    ``--batch-size``; else ``per_class``); ``--synthetic-data`` prepares nothing.
     """
-    import argparse  # lazily: only prepare scripts parse options here
-
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--data", default=None, help=f"default: $MILABENCH_DIR_DATA/{folder}")
-    parser.add_argument(size_option, dest="size", type=int, default=size)
-    parser.add_argument("--classes", type=int, default=classes)
-    parser.add_argument("--images-per-class", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--synthetic-data", action="store_true")
-    args, _unknown = parser.parse_known_args(argv)
-    if args.synthetic_data:
+    plan = plan_image_folder(
+        argv, folder=folder, classes=classes, per_class=per_class,
+        size_option=size_option, size=size, scale=scale, description=description,
+    )  # fmt: skip
+    if not plan.per_class:
         print(f"{bench}: synthetic data, nothing to prepare", flush=True)
         return
-    count = args.images_per_class
-    if count is None and scale and args.batch_size:
-        entry = entry_config()
-        ranks, batches = node_ranks(entry=entry), batches_per_rank(entry.get("measure"))
-        count = images_per_class(args.batch_size, ranks, batches, args.classes)
-        print(
-            f"{bench}: {folder} sized for {ranks} rank(s) x {batches} batches of "
-            f"{args.batch_size}: {count} images in each of {args.classes} classes",
-            flush=True,
-        )
+    if plan.sizing:
+        print(f"{bench}: {plan.sizing}", flush=True)
     make_image_folder(
-        args.data or data_dir(folder),
-        n_classes=args.classes,
-        per_class=per_class if count is None else count,
-        size=args.size,
+        plan.root,
+        n_classes=plan.classes,
+        per_class=plan.per_class,
+        size=plan.size,
         noise=noise,
         quality=quality,
     )
+
+
+# The shared folder of the torchvision, Lightning and DINOv2 entries: 1000 classes of
+# 384 px JPEGs (upstream's FakeImageNet layout), sized by the entry (`plan_image_folder`).
+FAKE_IMAGENET: dict[str, Any] = {
+    "folder": "FakeImageNet",
+    "classes": 1000,
+    "per_class": 16,
+    "size_option": "--source-size",
+    "size": 384,
+    "scale": True,
+}
+
+
+def fake_imagenet_plan(
+    argv: list[str] | None, environ: Mapping[str, str] | None = None
+) -> FolderPlan:
+    """The folder `prepare_fake_imagenet` leaves for ``argv`` under ``environ`` (what a
+    test or a planner reads without generating 300,000 images)."""
+    return plan_image_folder(argv, environ=environ, **FAKE_IMAGENET)
 
 
 def prepare_fake_imagenet(argv: list[str] | None, bench: str) -> None:
@@ -488,12 +559,47 @@ def prepare_fake_imagenet(argv: list[str] | None, bench: str) -> None:
         argv,
         bench=bench,
         description=f"Generate the ImageNet-style JPEG folder of the {bench} entries",
-        folder="FakeImageNet",
-        classes=1000,
-        per_class=16,
-        size_option="--source-size",
-        size=384,
-        scale=True,
+        **FAKE_IMAGENET,
         noise=True,  # uniform random bytes, Pillow's default quality: upstream's datagen
         quality=75,
     )
+
+
+# -- reading a data set in passes ------------------------------------------------------------
+
+
+class TimedLoop(Protocol):
+    """What `timed_passes` needs of `benchkit.timing.TimedIterator`: one epoch per
+    ``iter()``, and ``done`` once the measurement window is over."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+def timed_passes(timed: TimedLoop, sampler: Any = None) -> Iterator[Any]:
+    """Every batch of every pass over a loader, until the measurement window ends.
+
+    ``timed`` wraps the loader itself (not a generator that chains passes), so each pass
+    is one of its epochs and the first batch of every pass is fetched before the clock
+    restarts, as upstream's timer does (benchmate's ``TimedIterator.__iter__`` fetches a
+    batch before recording its first event): the wait for the workers to make a pass's
+    first batch is left out of the rate, the rest of the pass is timed. Before pass
+    ``n`` (from 0) ``sampler.set_epoch(n)`` is called when it has one (a
+    ``DistributedSampler``). A pass that yields nothing while the window is open raises
+    ValueError: the data set holds no whole batch, and the loop would never end.
+    """
+    for number in itertools.count():
+        if timed.done:
+            return
+        if sampler is not None and hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(number)
+        empty = True
+        for batch in timed:
+            empty = False
+            yield batch
+        if empty and not timed.done:
+            raise ValueError(
+                f"pass {number} over the data held no whole batch: prepare a larger data set"
+            )
