@@ -1,33 +1,25 @@
-"""Llama inference: top-k sampling with a KV cache from a randomly initialised
-Llama-2-7B-shaped model, in generated tokens per second.
+"""Llama inference: upstream's Llama-2-7b-chat text generation on wikitext-103 prompts,
+or, without those inputs, a loudly marked random-weight stand-in.
 
-The standard suite's ``llama`` entry (tagged ``inference nobatch gated``: the real
-weights need Meta's licence, which is why ours are random). The model is
-`transformers.LlamaForCausalLM` from a `LlamaConfig` with Llama-2-7B's shape (hidden
-4096, 32 layers, 32 heads, intermediate 11008, vocabulary 32000), built directly on the
-device in the inference dtype (``--dtype``, bf16 as upstream). A step samples
-``--new-tokens`` tokens (256, upstream's ``max_new_tokens``) with top-k 10 (upstream's
-``do_sample=True, top_k=10``) after a ``--prompt-len`` prompt of random ids (256:
-upstream truncates its wikitext prompts to 256 tokens) for ``--batch-size`` sequences
-(default 1: latency-bound decoding, which is what ``nobatch`` means); the rate counts
-generated tokens. End of sequence is ignored so every step generates the same number of
-tokens (random weights would otherwise stop at a random point).
-
-Not upstream's figure: upstream counts the prompt's tokens plus the characters of the
-returned text (prompt included) per second, which needs its tokenizer, wikitext-103 and
-the real weights (with them generation stops at the end of sequence); the suite marks
-the entry ``parity: different`` with weight 0 (docs/parity.md).
-
-FLOPs are analytic: a forward pass costs ``2 x parameters`` per token (the attention
-over the cache adds ``4 x layers x hidden x context``, small at these lengths and left
-out), declared per generated token with the prompt's share spread over them.
-Runs by hand: ``python main.py --size tiny --device cpu``.
+With the three `INPUTS` prepared (prepare.py) the run is upstream's ``--pretrained`` one
+(pretrained.py, wikitext.py): wikitext-103's train lines, truncated to ``--prompt-len``
+tokens, top-k ``--top-k`` sampling of at most ``--new-tokens`` tokens, stopping at end of
+sequence, one prompt per call; rate: the prompt's tokens plus the characters of the
+returned text (prompt included) per second, labelled Tok/s as upstream does.
+Without one of them the stand-in runs, and the ``inputs`` record marks it not comparable:
+a ``LlamaForCausalLM`` of ``--size`` (Llama-2-7B's shape) with random weights in
+``--dtype``, ``--batch-size`` prompts of ``--prompt-len`` random ids, exactly
+``--new-tokens`` tokens each (end of sequence ignored), in generated tokens/s, FLOPs
+declared analytically (2 x parameters per token, the prompt's share spread over the
+generated tokens). ``--size`` shapes the stand-in only. By hand: ``python main.py --size
+tiny --device cpu``.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+from pathlib import Path
 
 import torch
 
@@ -42,6 +34,10 @@ SIZES = {
     "7b": (4096, 32, 32, 32, 11008, 32000),
     "tiny": (64, 2, 4, 4, 172, 512),
 }
+#: The entry, and upstream's inputs it reads (names of benchshared.catalogue).
+ENTRY = "llama"
+WEIGHTS, TOKENIZER, WIKITEXT = "llama2-7b-chat", "llama2-tokenizer", "wikitext-103"
+INPUTS = (WEIGHTS, TOKENIZER, WIKITEXT)
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -75,20 +71,96 @@ def make_model(size: str, dtype: torch.dtype, device: torch.device):
     return model.eval(), config
 
 
+def located_inputs() -> dict[str, Path | None]:
+    """Each of upstream's inputs: its verified folder, or None when not prepared."""
+    from benchshared.inputs import locate
+
+    return {name: locate(name) for name in INPUTS}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     run = setup(args)
-    device = run.device
-    check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
+    check_memory(__file__, args, run.device)  # skips, with the numbers, if it cannot fit
+    used = located_inputs()
+    if all(folder is not None for folder in used.values()):
+        run_pretrained(args, run.device, used)
+    else:
+        run_stand_in(args, run.device, used)
+
+
+def announce(used: dict[str, Path | None], new_tokens: int) -> None:
+    """The ``inputs`` record (rank 0): upstream's inputs, or the stand-in that ran."""
+    from benchshared.inputs import announce as write_inputs_record
+
+    stand_in = f"random weights, {new_tokens} generated tokens per prompt"
+    write_inputs_record(ENTRY, used, stand_in=stand_in)
+
+
+def run_pretrained(args: argparse.Namespace, device: torch.device, used: dict[str, Path]) -> None:
+    """Upstream's run: real weights and tokenizer, wikitext-103 prompts, upstream's count."""
+    from pretrained import Prompts, Tally, generate, generation_settings, load_pipeline, parameters
+    from wikitext import WikitextPrompts
+
+    if args.batch_size != 1:
+        raise SystemExit(
+            f"llama: --batch-size {args.batch_size}: with upstream's inputs each call "
+            "generates from one prompt, as upstream does (--batch-size 1)"
+        )
+    pipe = load_pipeline(
+        used[WEIGHTS], used[TOKENIZER], DTYPES[args.dtype], device, args.prompt_len
+    )
+    settings = generation_settings(pipe, args.top_k, args.new_tokens)
+    decoding = f"top-k {args.top_k} sampling" if args.top_k else "greedy"
+    print(
+        f"llama: upstream's inputs: {used[WEIGHTS]} ({parameters(pipe) / 1e9:.2f}B "
+        f"parameters), tokenizer {used[TOKENIZER]}, wikitext-103 train prompts truncated "
+        f"to {args.prompt_len} tokens, at most {args.new_tokens} new tokens (stops at end "
+        f"of sequence), {decoding}, {args.dtype} on {device}, "
+        f"{torch.get_num_threads()} threads; rate: prompt tokens + returned characters "
+        "per second (upstream's Tok/s)",
+        flush=True,
+    )
+    announce(used, args.new_tokens)
+    # No FLOPs declaration: an item is a prompt token or a returned character, and the
+    # work of each differs. The step ends on the host (the returned text), so the host
+    # clock times it, as upstream's time.time() does.
+    timed = TimedIterator(
+        Prompts(WikitextPrompts(used[WIKITEXT])),
+        batch_size=lambda prompt: prompt.items,
+        device="cpu",
+        units="Tok/s",
+    )
+    tally = Tally()
+    while not timed.done:
+        before = tally.prompts
+        for prompt in timed:
+            generate(pipe, prompt, settings, tally)
+        if tally.prompts == before:
+            raise SystemExit(f"llama: no prompt in {used[WIKITEXT]} passes upstream's filter")
+    new_per_prompt = tally.new_tokens / max(tally.prompts, 1)
+    print(
+        f"llama: {tally.prompts} prompts, {tally.prompt_tokens} prompt tokens + "
+        f"{tally.characters} returned characters; {tally.new_tokens} new tokens "
+        f"({new_per_prompt:.1f} per prompt, longest {tally.longest}, "
+        f"at most {args.new_tokens})",
+        flush=True,
+    )
+
+
+def run_stand_in(
+    args: argparse.Namespace, device: torch.device, used: dict[str, Path | None]
+) -> None:
+    """The stand-in: random weights of ``--size``, random prompts, generated tokens/s."""
     dtype = DTYPES[args.dtype]
     model, config = make_model(args.size, dtype, device)
     n_params = sum(p.numel() for p in model.parameters())
     decoding = f"top-k {args.top_k} sampling" if args.top_k else "greedy"
     print(
-        f"llama: {args.size} ({n_params / 1e9:.2f}B parameters), batch {args.batch_size}, "
-        f"prompt {args.prompt_len} + {args.new_tokens} new tokens, {decoding}, "
-        f"{args.dtype} on {device}, "
-        f"{torch.get_num_threads()} threads",
+        f"llama: STAND-IN (upstream's inputs not prepared): {args.size} "
+        f"({n_params / 1e9:.2f}B parameters), random weights, batch {args.batch_size}, "
+        f"prompt {args.prompt_len} random ids + {args.new_tokens} new tokens, {decoding}, "
+        f"{args.dtype} on {device}, {torch.get_num_threads()} threads",
         flush=True,
     )
     gen = torch.Generator().manual_seed(args.seed)
@@ -100,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     per_token = 2.0 * n_params * (args.prompt_len + args.new_tokens) / args.new_tokens
     declare_flops(per_token, precision=args.dtype, source="analytic", task="train")
+    announce(used, args.new_tokens)
 
     timed = TimedIterator(
         itertools.cycle(prompts),

@@ -178,13 +178,13 @@ def test_standard_entries_pass_upstream_settings(tmp_path, monkeypatch):
     argv = dict(llama.argv)
     assert (argv["--dtype"], argv["--top-k"], argv["--batch-size"]) == ("bf16", 10, 1)
     assert (argv["--prompt-len"], argv["--new-tokens"]) == (256, 256)
-    # the rate is not upstream's: out of the score, and the report says why
-    assert llama.weight == 0 and llama.parity.startswith("different: ")
+    # upstream's work with its inputs prepared; the stand-in says so at run time
+    assert llama.parity == "same"
 
 
 def test_llama_inference_tokens_per_second(smoke: SmokeRun):
     """Reads the session's smoke run (entry ``llama``: tiny, fp32, its prompt and new
-    token counts read from the command)."""
+    token counts read from the command; the stand-in, no input being prepared)."""
     entry = "llama"
     assert smoke.command(entry)[1].endswith("benchmarks/llama/main.py")
     assert (smoke.option(entry, "--size"), smoke.option(entry, "--dtype")) == (
@@ -195,6 +195,11 @@ def test_llama_inference_tokens_per_second(smoke: SmokeRun):
     new = int(smoke.option(entry, "--new-tokens"))
     smoke.check_measured(entry, "Tok/s", loss=False)
     assert "top-k 10 sampling" in smoke.stdout_of(entry)
+    # no input prepared in the smoke base: the stand-in ran, and its record says so
+    (inputs,) = [r["inputs"] for r in smoke.data(entry, task="inputs")]
+    assert (inputs["comparable"], inputs["real"]) == (False, {})
+    assert inputs["missing"] == ["llama2-7b-chat", "llama2-tokenizer", "wikitext-103"]
+    assert inputs["stand_in"] == f"random weights, {new} generated tokens per prompt"
     decl = flops_record(smoke, entry)
     assert decl["flops_source"] == "analytic" and decl["precision"] == "fp32"
     # 2 x parameters per generated token, the prompt's forward spread over them
