@@ -4,8 +4,19 @@ pre-training steps, LoRA fine-tuning (peft) and sharded full fine-tuning (FSDP).
 The model comes from a `transformers.LlamaConfig` (RMSNorm, rotary embeddings, SwiGLU
 MLP, grouped-query attention), built with random weights: nothing is downloaded.
 ``--size`` picks the shape (``tiny`` for tests and CPUs; ``1b``/``3b``-class shapes;
-``8b`` and ``70b``: Llama-3.1-8B's and -70B's published shapes). Tokens are synthetic;
-throughput is tokens/s of the whole job.
+``8b`` and ``70b``: Llama-3.1-8B's and -70B's published shapes). Throughput is tokens/s
+of the whole job, padding included (upstream counts batch x padded length).
+
+* ``--dataset NAME --tokenizer NAME`` (the fine-tuning entries: upstream's inputs, by
+  their `benchshared.catalogue` names): when both are found (`benchshared.inputs.locate`)
+  the batches are upstream's (`alpaca`: Alpaca samples in torchtune's template, tokenised
+  by the Llama-3.1 tokenizer, read from prepare.py's pre-tokenised set, shuffled as
+  torchtune's sampler, padded to each batch's longest, labels masked as torchtune;
+  ``--max-seq-len`` truncates, ``--no-train-on-input`` masks the prompt) and the loss is
+  upstream's: cross-entropy summed over the labelled tokens, the gradients divided by
+  the step's labelled tokens of all ranks before the optimiser steps. Otherwise (and
+  without ``--dataset``) ``--batch-size`` x ``--seq-len`` random tokens, each its own
+  label: the stand-in. Rank 0 says which ran in an ``inputs`` record.
 
 * ``--lora R``: peft LoRA adapters of rank R (alpha 2R, no dropout) on the q, v and
   output projections of attention and the three MLP projections (gate, up, down), not on
@@ -50,6 +61,7 @@ import contextlib
 import itertools
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
@@ -106,6 +118,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="fused",
         help="AdamW kernels on a GPU (foreach: torch's default, upstream's fused: False)",
     )
+    parser.add_argument(
+        "--dataset", default=None, help="upstream's Alpaca input (catalogue name; none: random)"
+    )
+    parser.add_argument("--tokenizer", default=None, help="its Llama-3.1 tokenizer input")
+    parser.add_argument(
+        "--max-seq-len", type=int, default=None, help="truncate samples (upstream: none)"
+    )
+    parser.add_argument(
+        "--train-on-input",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the prompt takes loss too (torchtune's default)",
+    )
     add_common_arguments(parser, default_precision="bf16")
     return parser.parse_args(argv)
 
@@ -121,12 +146,14 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def make_model(size: str, seq_len: int, layers: int | None = None):
+def make_model(size: str, seq_len: int, layers: int | None = None, min_vocab: int = 0):
     """The Llama of ``size`` (`SIZES`), with ``layers`` decoder layers instead of its own
-    when given (the memory estimate's shallow copies); returns (model, vocabulary)."""
+    when given (the memory estimate's shallow copies) and a vocabulary of at least
+    ``min_vocab`` (a tokenizer's ids on a small shape); returns (model, vocabulary)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     hidden, depth, heads, kv_heads, intermediate, vocab = SIZES[size]
+    vocab = max(vocab, min_vocab)
     config = LlamaConfig(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -200,7 +227,7 @@ def build(args: argparse.Namespace, where: torch.device, layers: int | None = No
     with checkpointing and LoRA adapters as asked (and ``layers`` decoder layers when
     given); returns (model, vocabulary size)."""
     with torch.device(where), default_dtype(PARAM_DTYPES[args.param_dtype]):
-        model, vocab = make_model(args.size, args.seq_len, layers)
+        model, vocab = make_model(args.size, args.seq_len, layers, getattr(args, "min_vocab", 0))
         if args.gradient_checkpointing:
             checkpoint_layers(model)
         if args.lora:
@@ -350,27 +377,91 @@ def step_flops(model, tokens: int, lora: bool, seq_len: int = 0) -> float:
     return (4.0 * frozen - 2.0 * no_input_grad + 6.0 * trained) * tokens + attention
 
 
+def entry_name() -> str:
+    """The suite entry this process runs (``MILABENCH_CONFIG``'s name; ``llm`` by hand)."""
+    from benchshared.datasets import entry_config
+
+    return str(entry_config().get("name") or "llm")
+
+
+def upstream_batches(args: argparse.Namespace, rank: int, world: int):
+    """Upstream's batches for this rank when ``--dataset`` and ``--tokenizer`` are found
+    (`alpaca.SFTBatches` over prepare.py's pre-tokenised set, or over the samples
+    tokenised now when it has not run), else None; and the inputs asked for, each with
+    its folder or None (`benchshared.inputs.announce`'s ``used``)."""
+    from benchshared.inputs import locate
+
+    used = {args.dataset: locate(args.dataset), args.tokenizer or "tokenizer": None}
+    if args.tokenizer:
+        used[args.tokenizer] = locate(args.tokenizer)
+    if any(folder is None for folder in used.values()):
+        return None, used
+    from alpaca import SFTBatches, load_tokenised, tokenised_folder
+
+    dataset, tokenizer = used[args.dataset], used[args.tokenizer]
+    root = Path(os.environ.get("MILABENCH_DIR_DATA", "data"))
+    folder = tokenised_folder(root, args.dataset, args.tokenizer)
+    samples, from_disk = load_tokenised(dataset, tokenizer, folder)
+    if rank == 0 and not from_disk:
+        print(f"llm: {folder} not prepared: tokenised {len(samples)} samples now", flush=True)
+    batches = SFTBatches(
+        samples, args.batch_size, rank, world, args.train_on_input, args.max_seq_len
+    )
+    return batches, used
+
+
+def flops_per_token(model, lora: bool, lengths: list[int]) -> float:
+    """`step_flops` per token averaged over batches of sequences padded to ``lengths``,
+    weighted by their tokens (equal batch sizes): the per-token cost plus
+    attention's, which grows with each batch's length (the formula is linear in it)."""
+    base = step_flops(model, 1, lora, 0)
+    attention = step_flops(model, 1, lora, 1) - base
+    return base + attention * sum(n * n for n in lengths) / sum(lengths)
+
+
+def scale_grads(params: list[torch.Tensor], factor: torch.Tensor) -> None:
+    """Multiply every gradient by ``factor`` (a 0-d tensor on their device) in place, the
+    local shard of a sharded one (torchtune's ``scale_grads``, foreach kernels)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+    if local:
+        torch._foreach_mul_(local, factor.to(local[0].device))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     device, rank, world = init_distributed(args)
     run = setup(args, device=device)
     distributed = "WORLD_SIZE" in os.environ
+    real, used = (None, {})
+    if args.dataset:
+        real, used = upstream_batches(args, rank, world)
+    lengths: list[int] = []
+    if real is not None:
+        # this rank's epoch (the FLOPs' average); the memory estimate and the model's
+        # positions: the longest sample, the same on every rank, so that they all skip or
+        # none does (the batch that holds it pads to it)
+        lengths = real.padded_lengths(0).tolist()
+        args.seq_len = int(real.data.lengths(args.max_seq_len).max())
+        args.min_vocab = int(real.data.tokens.max()) + 1
 
     if args.cpu_offload and device.type == "cpu":
         args.cpu_offload = False  # the shards are in host memory already
     sharded = distributed and args.fsdp
     skip_unless_it_fits(lambda: footprint(args, *ranks()), device, label=f"llm {args.size}")
-    step_tokens = args.batch_size * args.seq_len
+    lora = bool(args.lora)
+    if not lengths:
+        lengths = [args.seq_len]
     if sharded:
         # counted: every tensor this rank makes while it builds (its shards, nothing more)
         with LiveBytes(meta=False) as startup:  # what holds memory: not meta
             model, vocab = build(args, torch.device("meta"))
-            flops = step_flops(model, step_tokens, bool(args.lora), args.seq_len)
+            per_token = flops_per_token(model, lora, lengths)
             whole = sum(p.numel() * p.element_size() for p in model.parameters())
             model = materialise_shards(model, args, device)
     else:
         model, vocab = build(args, device)
-        flops = step_flops(model, step_tokens, bool(args.lora), args.seq_len)
+        per_token = flops_per_token(model, lora, lengths)
     model.train()
     if distributed and not args.fsdp:
         from torch.nn.parallel import DistributedDataParallel
@@ -388,22 +479,51 @@ def main(argv: list[str] | None = None) -> None:
         n_params = sum(p.numel() for p in model.parameters())
         n_trained = sum(p.numel() for p in trained)
         mode = "fsdp" if distributed and args.fsdp else ("ddp" if distributed else "single")
+        shape = f"{args.batch_size}x{args.seq_len}"
+        if real is not None:
+            mean = sum(lengths) / len(lengths)
+            longest = max(lengths)
+            shape = f"{args.batch_size}x(padded to each batch's longest: "
+            shape += f"mean {mean:.1f}, max {longest})"
         print(
             f"llm: {args.size} ({n_params / 1e6:.1f}M parameters"
             f"{'' if n_trained == n_params else f', {n_trained / 1e6:.2f}M trained'}), "
-            f"{mode}, batch {args.batch_size}x{args.seq_len}, accumulation {args.grad_accum}, "
+            f"{mode}, batch {shape}, accumulation {args.grad_accum}, "
             f"{args.precision} on {device} ({args.param_dtype} weights), "
             f"{torch.get_num_threads()} threads",
             flush=True,
         )
-        declare_flops(flops / step_tokens, precision=args.precision, source="analytic")
+        if real is not None:
+            print(
+                f"llm: {args.dataset} ({len(real.data)} samples) by {args.tokenizer}, "
+                f"{len(real)} batches an epoch on rank 0",
+                flush=True,
+            )
+        declare_flops(per_token, precision=args.precision, source="analytic")
     if sharded:  # every rank: what it holds and the most it ever made while starting
         print(
             f"llm rank {rank}: materialised {local_bytes(model)} of {whole} bytes of "
             f"weights, start-up peak {startup.peak} bytes",
             flush=True,
         )
+    if args.dataset:
+        from benchshared.inputs import announce
 
+        announce(entry_name(), used, stand_in=f"{args.seq_len}-token random sequences")
+
+    try:
+        if real is None:
+            timed = synthetic_loop(args, model, opt, scaler, run, vocab, device, rank)
+        else:
+            timed = upstream_loop(args, model, opt, scaler, run, real, trained, device, world)
+    finally:
+        model = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
+        teardown_distributed()
+
+
+def synthetic_loop(args, model, opt, scaler, run, vocab: int, device, rank: int):
+    """The stand-in: ``--batch-size`` x ``--seq-len`` random tokens, each sequence its
+    own labels (the model shifts them), the mean loss per micro-batch."""
     gen = torch.Generator().manual_seed(args.seed + rank)
     pool = [
         torch.randint(0, vocab, (args.batch_size, args.seq_len), generator=gen).to(device)
@@ -415,19 +535,59 @@ def main(argv: list[str] | None = None) -> None:
     timed = TimedIterator(
         itertools.cycle(pool), batch_size_fn=lambda ids: ids.numel(), device=device, units="Tok/s"
     )
-    try:
-        for i, ids in enumerate(timed):
+    for i, ids in enumerate(timed):
+        with run.autocast():
+            loss = model(input_ids=ids, labels=ids).loss
+        scaler.scale(loss / args.grad_accum).backward()
+        if (i + 1) % args.grad_accum == 0:
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+        timed.record_loss(loss)
+    return timed
+
+
+def upstream_loop(args, model, opt, scaler, run, real, trained, device, world: int):
+    """Upstream's recipe loop over `alpaca.SFTBatches` (epoch after epoch): each batch
+    moved to the device, cross-entropy summed over its labelled tokens (labels already
+    shifted, -100 ignored), backward; every ``--grad-accum`` batches the labelled tokens
+    and the summed loss are all-reduced over the ranks, the gradients multiplied by
+    ranks / tokens, the optimiser steps and the step's loss is read (``.item()``, as
+    upstream logs it). A timed step is a batch, counted as batch x padded length."""
+    import torch.nn.functional as F
+
+    timed = TimedIterator(
+        real, batch_size_fn=lambda batch: batch[0].numel(), device=device, units="Tok/s"
+    )
+    num_tokens = torch.zeros((), dtype=torch.long, device=device)
+    running = torch.zeros((), dtype=torch.float32, device=device)
+    i = 0
+    while not timed.done:
+        for tokens, labels in timed:
+            tokens, labels = tokens.to(device), labels.to(device)
+            num_tokens += (labels != -100).sum()
             with run.autocast():
-                loss = model(input_ids=ids, labels=ids).loss
-            scaler.scale(loss / args.grad_accum).backward()
-            if (i + 1) % args.grad_accum == 0:
+                logits = model(input_ids=tokens).logits
+            loss = F.cross_entropy(
+                logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
+            )
+            del logits
+            running += loss.detach()
+            scaler.scale(loss).backward()
+            i += 1
+            if i % args.grad_accum == 0:
+                if world > 1:
+                    torch.distributed.all_reduce(num_tokens)
+                    torch.distributed.all_reduce(running)
+                # DDP and FSDP average the ranks' gradients: x world undoes it
+                scale_grads(trained, world / num_tokens.clamp(min=1))
                 scaler.step(opt)
                 scaler.update()
                 opt.zero_grad(set_to_none=True)
-            timed.record_loss(loss)
-    finally:
-        model = opt = timed = None  # noqa: F841 - DDP's reducer goes before its group
-        teardown_distributed()
+                timed.record_loss(running.item() / max(int(num_tokens), 1))
+                num_tokens.zero_()
+                running.zero_()
+    return timed
 
 
 if __name__ == "__main__":

@@ -102,6 +102,12 @@ def test_lora_freezes_the_base_and_flops_formula_matches_the_counter():
         formula = llm.step_flops(model, ids.numel(), bool(lora))
         # matmuls only; the counter also sees attention's score and value products
         assert formula == pytest.approx(counted, rel=0.1), (lora, formula, counted)
+        # upstream's batches (each padded to its longest): the per-token average of
+        # step_flops over them, weighted by their tokens
+        lengths = [16, 40, 7]
+        each = [llm.step_flops(model, 2 * n, bool(lora), n) for n in lengths]
+        average = sum(each) / sum(2 * n for n in lengths)
+        assert llm.flops_per_token(model, bool(lora), lengths) == pytest.approx(average)
 
 
 MATERIALISED = re.compile(
@@ -201,13 +207,28 @@ UPSTREAM_RECIPES = {
 }
 
 
+#: entry: (data set, tokenizer), the `benchshared.catalogue` names of upstream's inputs:
+#: ``alpaca_cleaned_dataset`` in llama3_8B_lora.yaml, ``alpaca_dataset`` in the 70B ones
+UPSTREAM_INPUTS = {
+    "llm-lora-single": ("alpaca-cleaned", "llama3.1-8b-tokenizer"),
+    "llm-lora-ddp-gpus": ("alpaca-cleaned", "llama3.1-8b-tokenizer"),
+    "llm-lora-ddp-nodes": ("alpaca-cleaned", "llama3.1-8b-tokenizer"),
+    "llm-lora-mp-gpus": ("alpaca", "llama3.1-70b-tokenizer"),
+    "llm-full-mp-gpus": ("alpaca", "llama3.1-70b-tokenizer"),
+    "llm-full-mp-nodes": ("alpaca", "llama3.1-70b-tokenizer"),
+}
+
+
 def test_entries_carry_upstreams_recipe_settings():
     """The standard suite's LLM entries, resolved as `milabench run` resolves them on a
     node of 8 GPUs, parse to upstream's settings: LoRA ranks (8B 8, 70B 16), batch and
     accumulation, learning rates, FSDP2 for every multi-GPU entry (upstream's
     distributed recipes have no DDP), the 70B full fine-tuning's embeddings and head
     sharded apart with unfused AdamW, no CPU offload (upstream v1.3.0 on), bf16
-    weights and activation checkpointing."""
+    weights and activation checkpointing; upstream's data set and tokenizer (those the
+    catalogue lists for the entry), untruncated, the prompt trained on."""
+    from benchshared.catalogue import inputs_for
+
     from .test_memory_estimates import jobs
 
     llm = load_llm_main()
@@ -223,7 +244,10 @@ def test_entries_carry_upstreams_recipe_settings():
         assert (args.precision, args.param_dtype, args.gradient_checkpointing) == (
             "bf16", "bf16", True,
         ), name  # fmt: skip
-        assert args.seq_len == 512, name  # fixed (upstream: alpaca lengths, not measurable)
+        assert args.seq_len == 512, name  # the stand-in's length (no inputs prepared)
+        assert (args.dataset, args.tokenizer) == UPSTREAM_INPUTS[name], name
+        assert {args.dataset, args.tokenizer} <= set(inputs_for(name)), name
+        assert args.max_seq_len is None and args.train_on_input, name
 
 
 def test_lora_targets_rank_alpha_and_checkpointing_are_upstreams():
