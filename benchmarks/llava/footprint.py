@@ -6,7 +6,8 @@ the text model on the text tokens with the image features in place of the placeh
 the LM head and the loss. (The placeholders are put in place by concatenation here: the
 model's own merge looks up their positions in the data, which tensors without data cannot
 answer; the shapes are the same.) Under torchrun the model is wrapped in DDP. The model
-is built directly on its device."""
+is built directly on its device. With upstream's inputs prepared, the checkpoint's shape
+(llava-1.5-7b's: the ``7b`` size)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ def workload(args: argparse.Namespace) -> Workload:
     import torch.nn.functional as F
 
     bench = sibling_main(__file__)
-    from shapes import PREFIX_TOKENS, SIZES
+    from shapes import PREFIX_TOKENS
 
-    shape = SIZES[args.size]
+    shape = bench.model_shape(args)  # the checkpoint's with upstream's inputs, else --size's
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     model = bench.build_model(shape, torch.device("meta"), dtype)
     if args.gradient_checkpointing:

@@ -1,33 +1,38 @@
-"""Training of a randomly initialised LLaVA-1.5 (vision tower + projector + Llama), transformers.
+"""Training of LLaVA-1.5 (vision tower + projector + Llama), transformers: upstream's
+model and data when prepared, else a random-weight stand-in on synthetic pairs.
 
-The model is ``transformers.LlavaForConditionalGeneration`` built from a ``LlavaConfig``
-(``--size 7b``: llava-1.5-7b's shape, CLIP ViT-L/14-336 + Vicuna-7B; ``tiny`` for tests
-and CPUs) with random weights. It trains with the language-modelling loss on the
-(image, token sequence) pairs that ``prepare.py`` wrote: images decoded from ``.npy``,
-normalised with CLIP's mean and std on the device, the image placeholders in the token
-ids replaced by the projected patch features inside the model; each sample keeps its own
-length (a batch is padded to its longest, pads out of the loss). Every parameter trains,
-as upstream's step does: the gradient norm clipped at 1.0 over all parameters, then
-torch's AdamW (not fused: lr 5e-5, weight decay 0.01). Throughput: items/s, one item =
-one (image, text) sample.
-
-``--precision bf16`` keeps the weights, gradients and optimiser state in bf16 (what
-loading the checkpoint with ``torch_dtype=bfloat16`` and training it gives): fp32 master
-weights plus AdamW for 7B parameters would need 112 GB, more than an 80 GB GPU has.
-
-Runs by hand too: ``python prepare.py --size tiny && python main.py --size tiny
---precision fp32``.
+**Upstream's inputs** (fetched by ``prepare.py``): llava-1.5-7b's weights in
+``--precision``'s dtype and its processor; each step takes shuffled aokvqa rows (first
+image, conversation written as upstream writes it: an ``<image>`` line, then ``Human:``
+and ``Assistant:`` lines per turn) and runs the processor inside the timed step (CLIP
+resize/crop/normalise on the CPU, ``<image>`` expanded per patch, ``padding=True``);
+labels are the ids with pads at -100. **Stand-in** (announced as not comparable): random
+weights of ``--size``'s shape on ``prepare.py``'s pairs, normalised on the device. Every
+parameter trains: gradient norm clipped at 1.0, torch's AdamW (not fused, lr 5e-5,
+weight decay 0.01); items/s, one item = one sample. ``--precision bf16`` keeps weights,
+gradients and AdamW state in bf16, as upstream. By hand: ``python prepare.py --size tiny
+&& python main.py --size tiny --precision fp32``.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
-from shapes import SIZES, Shape, data_folder
+from shapes import (
+    MODEL_INPUT,
+    SIZES,
+    Shape,
+    data_folder,
+    entry_name,
+    real_data_file,
+    real_inputs,
+)
 
 from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare, declare_flops
@@ -35,6 +40,7 @@ from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, init_distributed, setup, teardown_distributed
 from benchshared.datasets import data_dir
+from benchshared.inputs import announce
 
 # CLIP's image normalisation (what the CLIP image processor applies).
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -48,7 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--text-len", type=int, default=128, help="(prepare.py) text tokens")
     parser.add_argument("--min-text-len", type=int, default=None, help="(prepare.py) fewest")
     parser.add_argument("--samples", type=int, default=128, help="(prepare.py) data set size")
-    parser.add_argument("--data", default=None, help="default: $MILABENCH_DIR_DATA/llava-<size>")
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="default: $MILABENCH_DIR_DATA/llava-<size> (stand-in), .../llava-aokvqa (real)",
+    )
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument(
@@ -189,6 +199,145 @@ class Normalise:
         return ((x - self.mean) / self.std).to(self.dtype)
 
 
+# -- upstream's inputs ---------------------------------------------------------------------
+
+
+def checkpoint_shape(config: Any) -> Shape:
+    """The `Shape` of a checkpoint's ``LlavaConfig`` (the FLOPs formula and the memory
+    estimate of the model that runs)."""
+    v, t = config.vision_config, config.text_config
+    image_token = getattr(config, "image_token_id", None)
+    if image_token is None:
+        image_token = config.image_token_index
+    pad = getattr(config, "pad_token_id", None)
+    pad = getattr(t, "pad_token_id", None) if pad is None else pad
+    return Shape(
+        v.hidden_size, v.num_hidden_layers, v.num_attention_heads, v.intermediate_size,
+        v.image_size, v.patch_size, t.hidden_size, t.num_hidden_layers,
+        t.num_attention_heads, t.num_key_value_heads or t.num_attention_heads,
+        t.intermediate_size, t.vocab_size, t.max_position_embeddings, image_token,
+        -1 if pad is None else pad,
+    )  # fmt: skip
+
+
+def model_shape(args: argparse.Namespace) -> Shape:
+    """The shape that runs: the checkpoint's when upstream's inputs are prepared, else
+    ``--size``'s (footprint.py estimates the same model as main.py builds)."""
+    found = real_inputs()
+    if all(found.values()):
+        from transformers import AutoConfig
+
+        return checkpoint_shape(AutoConfig.from_pretrained(found[MODEL_INPUT]))
+    return SIZES[args.size]
+
+
+def chat_prompt(texts: list[dict[str, str]]) -> str:
+    """Upstream's prompt of one the_cauldron row: ``<image>`` on its own line, then
+    ``Human: <user>`` and ``Assistant: <assistant>`` lines for every turn, stripped."""
+    lines = "".join(f"Human: {t['user']}\nAssistant: {t['assistant']}\n" for t in texts)
+    return ("<image>\n" + lines).strip()
+
+
+def decode_image(value: dict[str, Any]) -> Any:
+    """A the_cauldron image cell ({bytes, path}) decoded as ``datasets``' ``Image``
+    feature does: opened with Pillow and loaded, mode untouched (the processor converts
+    to RGB)."""
+    from PIL import Image
+
+    data = value.get("bytes")
+    image = Image.open(io.BytesIO(data)) if data is not None else Image.open(value["path"])
+    image.load()
+    return image
+
+
+class Conversations(torch.utils.data.Dataset):
+    """aokvqa rows of the prepared Arrow file, memory-mapped (opened again in each
+    worker): item i is (its first image decoded, its conversation turns)."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
+            raise SystemExit(f"llava: no aokvqa rows in {path}: run prepare.py")
+        self.path = path
+        self._table: Any = None
+        self.rows = self.table().num_rows
+
+    def table(self) -> Any:
+        if self._table is None:
+            import pyarrow as pa
+
+            self._table = pa.ipc.open_file(pa.memory_map(str(self.path))).read_all()
+        return self._table
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_table": None}
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, i: int) -> tuple[Any, list[dict[str, str]]]:
+        row = self.table().slice(i, 1).to_pylist()[0]
+        return decode_image(row["images"][0]), row["texts"]
+
+    def texts(self, count: int) -> list[list[dict[str, str]]]:
+        """The conversations of the first ``count`` rows (no image decoded)."""
+        return self.table().column("texts").slice(0, count).to_pylist()
+
+
+def keep_samples(samples: list) -> list:
+    """The batch as a list of (image, turns): the processor runs in the step."""
+    return samples
+
+
+class Processed:
+    """Upstream's per-step processing: the checkpoint's processor on the batch's images
+    and prompts (``padding=True``), labels = input ids with pads at -100, to the device."""
+
+    def __init__(self, processor: Any, device: torch.device) -> None:
+        self.processor = processor
+        self.pad = processor.tokenizer.pad_token_id
+        self.device = device
+
+    def __call__(self, samples: list) -> dict[str, torch.Tensor]:
+        images = [image for image, _ in samples]
+        prompts = [chat_prompt(turns) for _, turns in samples]
+        one = len(samples) == 1  # upstream's call: one prompt, one image
+        inputs = self.processor(
+            text=prompts[0] if one else prompts,
+            images=images[0] if one else images,
+            return_tensors="pt",
+            padding=True,
+        )
+        labels = inputs["input_ids"].clone()
+        labels[labels == self.pad] = -100
+        inputs["labels"] = labels
+        return {k: v.to(self.device, non_blocking=True) for k, v in inputs.items()}
+
+    def mean_text_len(self, dataset: Conversations, count: int = 256) -> float:
+        """Text tokens per sample (the ``<image>`` placeholder not counted), on average
+        over the first ``count`` rows: tokenised without their images."""
+        tokenizer = self.processor.tokenizer
+        image = tokenizer.convert_tokens_to_ids(self.processor.image_token)
+        lengths = [
+            sum(1 for t in tokenizer(chat_prompt(turns))["input_ids"] if t != image)
+            for turns in dataset.texts(count)
+        ]
+        return sum(lengths) / len(lengths)
+
+
+def load_real(folder: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+    """The checkpoint's model (in ``dtype``, loaded onto ``device``) and processor."""
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    model = LlavaForConditionalGeneration.from_pretrained(folder, dtype=dtype, device_map=device)
+    processor = AutoProcessor.from_pretrained(folder)
+    if getattr(processor, "patch_size", None) is None:  # a processor saved before the
+        # settings that expand <image> (the model expanded it then): the same tokens
+        processor.patch_size = model.config.vision_config.patch_size
+        processor.vision_feature_select_strategy = model.config.vision_feature_select_strategy
+        processor.num_additional_image_tokens = 1  # CLIP's class token
+    return model, processor
+
+
 def analytic_flops(shape: Shape, text_len: int, *, attention: bool = True) -> float:
     """FLOPs of one sample's training step from the shape: 2 per weight per token forward,
     twice that backward; attention 4 * hidden per query-key pair and layer (vision: all
@@ -217,11 +366,17 @@ def analytic_flops(shape: Shape, text_len: int, *, attention: bool = True) -> fl
 
 
 def make_loader(
-    args: argparse.Namespace, shape: Shape, rank: int, world: int
+    args: argparse.Namespace, shape: Shape, rank: int, world: int, real: bool = False
 ) -> tuple[torch.utils.data.DataLoader, str]:
-    """Shuffled batches of the prepared samples (this rank's share under torchrun)."""
-    root = args.data or data_dir(data_folder(args.size))
-    dataset = Samples(root, shape)
+    """Shuffled batches (this rank's share under torchrun): of aokvqa rows with upstream's
+    inputs (``real``), of the prepared stand-in pairs otherwise."""
+    if real:
+        path = real_data_file(args.data)
+        dataset: torch.utils.data.Dataset = Conversations(path)
+        root, collate = str(path), keep_samples
+    else:
+        root = args.data or data_dir(data_folder(args.size))
+        dataset, collate = Samples(root, shape), PadCollate(shape.pad_token)
     sampler = None
     if world > 1:
         sampler = torch.utils.data.DistributedSampler(dataset, world, rank, seed=args.seed)
@@ -233,7 +388,7 @@ def make_loader(
         num_workers=args.num_workers,
         persistent_workers=args.num_workers > 0,
         drop_last=True,
-        collate_fn=PadCollate(shape.pad_token),
+        collate_fn=collate,
     )
     if len(loader) == 0:  # every epoch would be empty: the loop would never end
         raise SystemExit(
@@ -244,18 +399,24 @@ def make_loader(
 
 
 def declare_step_flops(
-    args: argparse.Namespace, shape: Shape, loader: Any, step: Callable[[Any], Any]
+    args: argparse.Namespace,
+    shape: Shape,
+    loader: Any,
+    step: Callable[[Any], Any],
+    text_len: float | None = None,
 ) -> None:
     """The FLOPs record, before the timed loop: the formula by default (exact for the
-    matmuls, device-independent, no extra step), or one real forward + backward counted
-    by torch's FLOP counter (``--flops counted``: the cost of one extra step; the counter
-    sees attention on GPUs' flash / memory-efficient kernels, not on CPUs)."""
+    matmuls, device-independent, no extra step) at ``text_len`` text tokens per sample
+    (default: the stand-in's mean), or one real forward + backward counted by torch's
+    FLOP counter (``--flops counted``: the cost of one extra step; the counter sees
+    attention on GPUs' flash / memory-efficient kernels, not on CPUs)."""
     if args.flops == "counted":
         first = next(iter(loader))
         count_and_declare(lambda: step(first), args.batch_size, precision=args.precision)
         return
-    text_len = round(loader.dataset.mean_text_len(shape))  # per sample, on average
-    declare_flops(analytic_flops(shape, text_len), precision=args.precision)
+    if text_len is None:
+        text_len = loader.dataset.mean_text_len(shape)
+    declare_flops(analytic_flops(shape, round(text_len)), precision=args.precision)
 
 
 def make_optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
@@ -276,49 +437,82 @@ def data_parallel(model: torch.nn.Module, device: torch.device) -> torch.nn.Modu
     )
 
 
+def stand_in_phrase(args: argparse.Namespace) -> str:
+    """What runs without upstream's inputs (the ``inputs`` record's ``stand_in``)."""
+    low = args.min_text_len or args.text_len
+    return (
+        f"random-weight LLaVA of the {args.size} shape on synthetic images and random "
+        f"token ids ({low}-{args.text_len} text tokens per sample)"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     device, rank, world = init_distributed(args)
     try:  # from here on, the process group is destroyed on every exit path
         setup(args, device=device)  # seed, threads, TF32 flags; no autocast (weights in dtype)
+        used = real_inputs()
+        real = all(used.values())
         check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
         dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-        shape = SIZES[args.size]
-        loader, root = make_loader(args, shape, rank, world)
+        if real:
+            model, processor = load_real(used[MODEL_INPUT], device, dtype)
+            shape = checkpoint_shape(model.config)
+            prepare_batch: Callable[[Any], dict[str, torch.Tensor]] = Processed(processor, device)
+        else:
+            shape = SIZES[args.size]
+            model = build_model(shape, device, dtype)
+            normalise = Normalise(device, dtype)
 
-        model = build_model(shape, device, dtype)
+            def prepare_batch(batch: Any) -> dict[str, torch.Tensor]:
+                images, ids, labels = batch
+                return {
+                    "input_ids": ids.to(device, non_blocking=True),
+                    "pixel_values": normalise(images),
+                    "labels": labels.to(device, non_blocking=True),
+                }
+
+        loader, root = make_loader(args, shape, rank, world, real)
         if args.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         model.train()
-        normalise = Normalise(device, dtype)
         opt = make_optimizer(model, args)
         params = [p for p in model.parameters() if p.requires_grad]
         n_params = sum(p.numel() for p in model.parameters())
+        text_len = prepare_batch.mean_text_len(loader.dataset) if real else None
         if rank == 0:
+            if real:
+                what = (
+                    f"{MODEL_INPUT} from {used[MODEL_INPUT]} ({n_params / 1e9:.2f}B "
+                    f"parameters), batch {args.batch_size} of {len(loader.dataset)} aokvqa "
+                    f"conversations ({text_len:.1f} text tokens on average + "
+                    f"{shape.image_tokens} image), processed in the step"
+                )
+            else:
+                what = (
+                    f"{args.size} ({n_params / 1e9:.2f}B parameters), batch {args.batch_size} x "
+                    f"{len(loader.dataset.ids[0])} tokens at most ({shape.image_tokens} image)"
+                )
             print(
-                f"llava: {args.size} ({n_params / 1e9:.2f}B parameters), batch {args.batch_size} x "
-                f"{len(loader.dataset.ids[0])} tokens at most ({shape.image_tokens} image), "
-                f"{shape.image_size} px, data {root}, {args.num_workers} workers, world size "
-                f"{world}, {args.precision} on {device}, {torch.get_num_threads()} threads",
+                f"llava: {what}, {shape.image_size} px, data {root}, {args.num_workers} "
+                f"workers, world size {world}, {args.precision} on {device}, "
+                f"{torch.get_num_threads()} threads",
                 flush=True,
             )
 
-        def step(batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
-            images, ids, labels = batch
-            out = model(
-                input_ids=ids.to(device, non_blocking=True),
-                pixel_values=normalise(images),
-                labels=labels.to(device, non_blocking=True),
-            )
+        def step(batch: Any) -> torch.Tensor:
+            out = model(**prepare_batch(batch))
             out.loss.backward()
             return out.loss
 
-        declare_step_flops(args, shape, loader, step)
+        declare_step_flops(args, shape, loader, step, text_len)
 
         if world > 1:
             model = data_parallel(model, device)
 
-        timed = TimedIterator(loader, batch_size_fn=lambda b: b[1].shape[0], device=device)
+        announce(entry_name(), used, stand_in=stand_in_phrase(args))
+        count = len if real else (lambda b: b[1].shape[0])
+        timed = TimedIterator(loader, batch_size_fn=count, device=device)
         epoch = 0
         while not timed.done:
             if loader.sampler is not None and hasattr(loader.sampler, "set_epoch"):

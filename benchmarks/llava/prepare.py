@@ -1,22 +1,17 @@
-"""Generate llava's synthetic (image, token sequence) pairs (idempotent).
+"""Prepare llava's inputs, upstream's when they can be fetched, else a synthetic
+stand-in (idempotent either way).
 
-What llava-1.5's processor would hand the model, built without its files (nothing can be
-downloaded): RGB images at the vision tower's resolution (uint8, normalised on the device
-by main.py) and token ids laid out like the chat template after the processor expanded
-``<image>``: ``<s>`` + a few prompt tokens + one image placeholder per patch (576 at
-336 px) + the rest of the text, ending with ``</s>``. Text ids are random below the image
-token id. Each sample has its own text length, drawn uniformly from ``--min-text-len`` to
-``--text-len`` (upstream's samples are single aokvqa conversations of varying length;
-without ``--min-text-len`` every sample has ``--text-len`` text tokens); shorter samples
-are padded with the pad id, and ``lengths.npy`` holds every sample's token count.
-
-Gets the same argv as main.py; only ``--size``, ``--text-len``, ``--samples``, ``--data``,
-``--seed`` and ``--batch-size`` matter here. Without ``--samples`` the set holds enough
-samples for every rank of the node to read `batches_per_rank` batches of ``--batch-size``
-in one pass (`benchshared.datasets`: 1 x 160 x 8 GPUs = 1,280), at least 128; a different
-count is a different set (generated again). Writes ``images.npy`` (N x H x W x 3, uint8)
-and ``input_ids.npy`` (N x tokens, int32) into ``$MILABENCH_DIR_DATA/llava-<size>``; a
-finished folder (its ``done`` marker, same parameters) is kept.
+``benchshared.inputs.fetch`` brings llava-hf/llava-1.5-7b-hf (upstream's revision) and
+the_cauldron's aokvqa parquet files (one line per input it cannot get). With both, the
+aokvqa rows (JPEG bytes and conversations, untouched) are copied once into one
+memory-mappable Arrow file, ``$MILABENCH_DIR_DATA/llava-aokvqa/aokvqa-train.arrow`` (what
+``load_dataset`` caches upstream); main.py processes them as upstream does. Without
+them, the stand-in: RGB images at the tower's resolution and token ids laid out as the
+chat template after ``<image>``'s expansion (``<s>``, prompt tokens, one placeholder per
+patch, random text, ``</s>``, pads), text lengths uniform on ``--min-text-len`` to
+``--text-len``, in ``$MILABENCH_DIR_DATA/llava-<size>`` (``images.npy``,
+``input_ids.npy``, ``lengths.npy``); without ``--samples``, enough for every rank of the
+node to read `batches_per_rank` batches (at least 128). Gets main.py's argv.
 """
 
 from __future__ import annotations
@@ -25,11 +20,25 @@ import argparse
 import time
 from pathlib import Path
 
-from shapes import BOS, EOS, PREFIX_TOKENS, SIZES, Shape, data_folder, sequence_length
+from shapes import (
+    BOS,
+    DATASET_INPUT,
+    EOS,
+    MODEL_INPUT,
+    PREFIX_TOKENS,
+    SIZES,
+    Shape,
+    data_folder,
+    entry_name,
+    real_data_file,
+    sequence_length,
+)
 
 from benchshared.datasets import batches_per_rank, data_dir, entry_config, node_ranks, prepared
 
 MIN_SAMPLES = 128
+#: the marker of the Arrow copy (apart from the stand-in's ``done`` in a shared --data)
+REAL_MARKER = "done-aokvqa"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -128,8 +137,56 @@ def prepare(args: argparse.Namespace) -> Path:
     return root
 
 
+def parquet_files(folder: Path) -> list[Path]:
+    """The aokvqa parquet files of the input folder, in name order (the split's order)."""
+    return sorted(folder.glob("aokvqa/*.parquet")) or sorted(folder.rglob("*.parquet"))
+
+
+def prepare_real(dataset: Path, data: str | None = None) -> Path:
+    """Copy the rows of the aokvqa parquet files in ``dataset`` into one Arrow IPC file
+    (columns ``images``: list of {bytes, path}; ``texts``: list of {user, assistant,
+    source}), once per set of source files; returns the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    target = real_data_file(data)
+    files = parquet_files(dataset)
+    if not files:
+        raise SystemExit(f"llava: no parquet file in {dataset}: run prepare.py again")
+    params = {
+        "kind": "llava-aokvqa",
+        "files": {str(f.relative_to(dataset)): f.stat().st_size for f in files},
+    }
+    with prepared(target.parent, params, marker=REAL_MARKER) as prep:
+        if prep.done:
+            print(f"already prepared: aokvqa rows in {target}", flush=True)
+            return target
+        start = time.perf_counter()
+        schema = pq.read_schema(files[0]).remove_metadata()
+        schema = pa.schema([schema.field("images"), schema.field("texts")])
+        rows = 0
+        tmp = target.with_name(target.name + ".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for path in files:
+                for batch in pq.ParquetFile(path).iter_batches(1024, columns=schema.names):
+                    writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+                    rows += batch.num_rows
+        tmp.replace(target)
+        prep.info.update(rows=rows, seconds=round(time.perf_counter() - start, 3))
+        print(f"copied {rows} aokvqa rows of {len(files)} parquet files to {target}", flush=True)
+    return target
+
+
 def main(argv: list[str] | None = None) -> None:
-    prepare(parse_args(argv))
+    """Fetch upstream's inputs; with both, the Arrow copy of aokvqa, else the stand-in."""
+    args = parse_args(argv)
+    from benchshared.inputs import fetch
+
+    found = fetch([MODEL_INPUT, DATASET_INPUT], entry=entry_name())
+    if found.get(MODEL_INPUT) and found.get(DATASET_INPUT):
+        prepare_real(Path(found[DATASET_INPUT]), args.data)
+    else:
+        prepare(args)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ models built on the meta device (policy and value trained with AdamW, reference 
 reward frozen), and the PPO update's forward + backward of one mini-batch of prompt +
 response sequences measured there: the largest part of a step (the rollout runs without
 gradients; its KV cache is smaller). Under torchrun the trained pair is wrapped in DDP.
-The models are built directly on their device."""
+The models are built directly on their device. With upstream's inputs prepared, the
+checkpoint's configuration and ``--prompt-len`` set by main.py to the prompts' mean
+padded length."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
     bench = sibling_main(__file__)
 
     def make() -> Workload:
-        models = bench.build_models(args.size, torch.device("meta"))
+        config = bench.model_config(args)  # pythia-160m's own with upstream's inputs
+        models = bench.build_models(args.size, torch.device("meta"), config=config)
         n = args.response_len
         size = args.batch_size // args.mini_batches
 

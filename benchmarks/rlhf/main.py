@@ -1,5 +1,5 @@
-"""RLHF with PPO on randomly initialised GPT-NeoX models (pythia-160m shape), the step of
-trl's ``PPOTrainer``.
+"""RLHF with PPO on pythia-160m (upstream's weights and prompts when prepared, else a
+random stand-in of its shape), the step of trl's ``PPOTrainer``.
 
 What upstream milabench's ``rlhf`` runs is trl's (v0.29.1) experimental ``PPOTrainer``
 with ``PPOConfig``'s defaults, except the batch (64 prompts per device). Its four models
@@ -29,10 +29,14 @@ same calls on the same shapes:
 
 No activation checkpointing: trl's ``gradient_checkpointing`` default (True) is applied by
 ``Trainer.train``, which ``PPOTrainer`` replaces; nothing in its own ``train`` turns it on.
-The reference is a copy of the policy and the value model of the reward model (trl loads
-them from the same checkpoints). Nothing is downloaded; prompts are random token ids
-(``--prompt-len`` each, no padding). Throughput: prompt tokens per second, what upstream
-counts (``batch_size_fn``: batch x padded prompt length).
+**Upstream's inputs** (``prepare.py`` fetched them): the four models loaded from
+pythia-160m in fp32 (the value and reward heads freshly initialised, as
+``from_pretrained(num_labels=1)`` leaves them), the descriptiveness prompts tokenised by
+pythia-1b-deduped's tokenizer, shuffled, each batch left-padded with ``[PAD]`` to its
+longest. **Stand-in** (not prepared; announced as not comparable): random weights of
+``--size``'s shape, the reference a copy of the policy and the value model of the reward
+model, random prompts of ``--prompt-len`` tokens. Throughput: prompt tokens per second,
+what upstream counts (``batch_size_fn``: batch x padded prompt length).
 
 Under torchrun (``WORLD_SIZE`` set) the policy and value models train data-parallel
 (DistributedDataParallel over ``--backend``, as accelerate wraps them); every rank
@@ -46,10 +50,13 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+from prompts import MODEL_INPUT, LeftPad, entry_name, prompts_file, read_prompts, real_inputs
 from torch import nn
 
 from benchkit.exiting import run_and_exit
@@ -62,6 +69,7 @@ from benchkit.torchsetup import (
     setup,
     teardown_distributed,
 )
+from benchshared.inputs import announce
 
 SIZES = {
     # name: (hidden, layers, heads, intermediate, vocab, tokenizer tokens)
@@ -78,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=list(SIZES), default="pythia-160m")
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per step and rank")
-    parser.add_argument("--prompt-len", type=int, default=64, help="prompt tokens")
+    parser.add_argument("--prompt-len", type=int, default=64, help="stand-in's prompt tokens")
     parser.add_argument("--response-len", type=int, default=53, help="generated tokens")
     parser.add_argument("--ppo-epochs", type=int, default=4, help="passes over each rollout")
     parser.add_argument("--mini-batches", type=int, default=1, help="updates per PPO epoch")
@@ -91,6 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gamma", type=float, default=1.0)
     parser.add_argument("--lam", type=float, default=0.95)
     parser.add_argument("--backend", default=None, help="gloo, nccl, ... (default: by device)")
+    parser.add_argument(
+        "--data", default=None, help="prepared prompts (default: $MILABENCH_DIR_DATA/rlhf-...)"
+    )
     add_common_arguments(
         parser,
         default_precision="bf16",
@@ -99,6 +110,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.batch_size % args.mini_batches:
         parser.error("--batch-size must be a multiple of --mini-batches")
+    # the stand-in's pad and end-of-text ids; main() takes upstream's tokenizer's when prepared
+    args.pad_id, args.eos_id = pad_token(args.size), 0
+    args.real, args.prompt_mean = False, float(args.prompt_len)
     return args
 
 
@@ -161,26 +175,54 @@ class Models:
         return getattr(self.trained, "module", self.trained)
 
 
-def build_models(size: str, device: torch.device) -> Models:
-    """Random policy and reward model in fp32; the reference and the value model start as
-    copies of them (trl loads them from the same checkpoints). Built on ``device``
-    directly. No stop token: generation runs to its full length (trl's default
-    ``stop_token_id`` None sets the policy's ``eos_token_id`` to None)."""
+def build_models(
+    size: str,
+    device: torch.device,
+    pad: int | None = None,
+    checkpoint: Path | None = None,
+    config: Any = None,
+) -> Models:
+    """The four models in fp32 on ``device``. From ``checkpoint`` (upstream's inputs):
+    each loaded from it as trl's script loads it (the value and reward heads newly
+    initialised, each its own). Else random, of ``config`` (default: ``size``'s shape),
+    the reference and the value model copies of the policy and the reward model (trl
+    loads them from the same checkpoints). No stop token: generation runs to its full
+    length (trl's default ``stop_token_id`` None sets the policy's ``eos_token_id`` to
+    None)."""
     from transformers import GPTNeoXForCausalLM, GPTNeoXForSequenceClassification
 
-    config = neox_config(size)
-    with torch.device(device):
-        policy = GPTNeoXForCausalLM(config)
-        reference = GPTNeoXForCausalLM(config)
-        reward = GPTNeoXForSequenceClassification(config)
-        value = GPTNeoXForSequenceClassification(config)
-    reference.load_state_dict(policy.state_dict())
-    value.load_state_dict(reward.state_dict())
+    if checkpoint is not None:
+        load = {"dtype": torch.float32, "device_map": device}
+        policy = GPTNeoXForCausalLM.from_pretrained(checkpoint, **load)
+        reference = GPTNeoXForCausalLM.from_pretrained(checkpoint, **load)
+        heads = {"num_labels": 1, **load}
+        reward = GPTNeoXForSequenceClassification.from_pretrained(checkpoint, **heads)
+        value = GPTNeoXForSequenceClassification.from_pretrained(checkpoint, **heads)
+    else:
+        config = neox_config(size) if config is None else config
+        with torch.device(device):
+            policy = GPTNeoXForCausalLM(config)
+            reference = GPTNeoXForCausalLM(config)
+            reward = GPTNeoXForSequenceClassification(config)
+            value = GPTNeoXForSequenceClassification(config)
+        reference.load_state_dict(policy.state_dict())
+        value.load_state_dict(reward.state_dict())
     policy.generation_config.eos_token_id = None
-    policy.generation_config.pad_token_id = pad_token(size)
+    policy.generation_config.pad_token_id = pad_token(size) if pad is None else pad
     for frozen in (reference, reward):
         frozen.requires_grad_(False).eval()
     return Models(PolicyAndValue(policy, value).train(), reference, reward)
+
+
+def model_config(args: argparse.Namespace) -> Any:
+    """The models' configuration: pythia-160m's own when upstream's inputs are prepared
+    (one scalar label), else ``--size``'s (footprint.py estimates what main.py builds)."""
+    found = real_inputs()
+    if all(found.values()):
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(found[MODEL_INPUT], num_labels=1)
+    return neox_config(args.size)
 
 
 def generation_config(args: argparse.Namespace) -> Any:
@@ -195,7 +237,7 @@ def generation_config(args: argparse.Namespace) -> Any:
         top_p=1.0,
         do_sample=True,
         eos_token_id=None,
-        pad_token_id=pad_token(args.size),
+        pad_token_id=args.pad_id,
     )
 
 
@@ -294,7 +336,7 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def rollout(models: Models, queries: torch.Tensor, args: argparse.Namespace, run: Any) -> Rollout:
     """Generate, score with the reference, value and reward models, compute advantages
     (fp32, no autocast: ``run`` is not used for precision here)."""
-    core, pad = models.core, pad_token(args.size)
+    core, pad = models.core, args.pad_id
     config = generation_config(args)
     context = queries.shape[1]
     seqs, logprobs, ref_logprobs, values, scores = [], [], [], [], []
@@ -371,7 +413,7 @@ def ppo_update(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``--ppo-epochs`` passes of clipped-PPO mini-batch updates, then trl's no-grad step
     statistics; returns (the last loss, the statistics ``[epochs, mini-batches, 7]``)."""
-    pad, context = pad_token(args.size), data.seq.shape[1] - data.responses.shape[1]
+    pad, context = args.pad_id, data.seq.shape[1] - data.responses.shape[1]
     batch = data.seq.shape[0]
     size = batch // args.mini_batches
     stats = torch.zeros(args.ppo_epochs, args.mini_batches, 7, device=data.seq.device)
@@ -450,7 +492,7 @@ def report_statistics(
             value = torch.stack(gathered)
         value = value.float()
         out.append((value.var() if i == len(values) - 1 else value.mean()).item())
-    out.append(float((data.responses == 0).sum().item()))  # eos count (pythia's eos is 0)
+    out.append(float((data.responses == args.eos_id).sum().item()))  # end-of-text count
     empty_cache()
     gc.collect()
     return out
@@ -510,12 +552,64 @@ def prompt_pool(args: argparse.Namespace, rank: int, device: torch.device) -> li
     ]
 
 
+def prompt_batches(
+    prompts: list[list[int]],
+    args: argparse.Namespace,
+    rank: int,
+    world: int,
+    device: torch.device,
+) -> Iterator[torch.Tensor]:
+    """Upstream's training prompts, pass after pass as trl's ``repeat_generator`` serves
+    them: shuffled (this rank's share under torchrun), ``--batch-size`` a batch, the last
+    partial batch dropped, each left-padded to its longest with the pad id."""
+    sampler = None
+    if world > 1:
+        sampler = torch.utils.data.DistributedSampler(prompts, world, rank, seed=args.seed)
+    loader = torch.utils.data.DataLoader(
+        prompts,  # type: ignore[arg-type] - a list of token-id lists is a map-style data set
+        batch_size=args.batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        drop_last=True,
+        collate_fn=LeftPad(args.pad_id),
+    )
+    if len(loader) == 0:
+        raise SystemExit(
+            f"rlhf: {len(prompts)} prompts make no batch of {args.batch_size} on each of "
+            f"{world} ranks"
+        )
+    epoch = 0
+    while True:
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        for batch in loader:
+            yield batch.to(device, non_blocking=True)
+        epoch += 1
+
+
+def mean_padded_length(prompts: list[list[int]], batch_size: int, seed: int) -> float:
+    """A batch's padded length (its longest prompt), on average over one shuffled pass:
+    the sequence length the FLOPs formula is evaluated at."""
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed))
+    batches = order[: len(order) - len(order) % batch_size].view(-1, batch_size)
+    if len(batches) == 0:
+        return float(max(len(p) for p in prompts))
+    return sum(max(len(prompts[i]) for i in b.tolist()) for b in batches) / len(batches)
+
+
 def describe(args: argparse.Namespace, models: Models, world: int, device: torch.device) -> None:
     """One line that says what runs (in the run's log)."""
     n_params = sum(p.numel() for p in models.core.policy.parameters())
+    what = f"{MODEL_INPUT} weights" if args.real else args.size
+    prompt = (
+        f"descriptiveness prompts left-padded to each batch's longest, {args.prompt_mean:.1f} "
+        "tokens on average,"
+        if args.real
+        else f"{args.prompt_len} prompt"
+    )
     print(
-        f"rlhf: {args.size} ({n_params / 1e6:.1f}M parameters per model, 4 models), "
-        f"world size {world}, batch {args.batch_size} x ({args.prompt_len} prompt + "
+        f"rlhf: {what} ({n_params / 1e6:.1f}M parameters per model, 4 models), "
+        f"world size {world}, batch {args.batch_size} x ({prompt} + "
         f"{args.response_len} response) per rank, {args.ppo_epochs} PPO epochs x "
         f"{args.mini_batches} mini-batches, rollout fp32, update {args.precision} on "
         f"{device}, {torch.get_num_threads()} threads",
@@ -528,10 +622,20 @@ def main(argv: list[str] | None = None) -> None:
     device, rank, world = init_distributed(args)
     try:  # from here on, the process group is destroyed on every exit path
         run = setup(args, device=device)  # same seed on every rank: the same initial weights
+        used = real_inputs()
+        args.real = all(used.values())
+        prompts: list[list[int]] = []
+        if args.real:
+            prepared = read_prompts(prompts_file(args.data))
+            prompts, args.pad_id, args.eos_id = (
+                prepared["prompts"], prepared["pad_id"], prepared["eos_id"]
+            )  # fmt: skip
+            args.prompt_mean = mean_padded_length(prompts, args.batch_size, args.seed)
+            args.prompt_len = round(args.prompt_mean)  # the FLOPs' and memory's length
         check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
+        checkpoint = used[MODEL_INPUT] if args.real else None
+        models = build_models(args.size, device, args.pad_id, checkpoint)
         torch.manual_seed(args.seed + rank)  # ... then different sampling per rank
-
-        models = build_models(args.size, device)
         if world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -552,11 +656,18 @@ def main(argv: list[str] | None = None) -> None:
         per_token = flops_per_sequence(config, args) / args.prompt_len
         declare_flops(per_token, precision=args.precision, source="analytic")
 
-        pool = prompt_pool(args, rank, device)
+        if args.real:
+            batches: Iterator[torch.Tensor] = prompt_batches(prompts, args, rank, world, device)
+        else:
+            batches = itertools.cycle(prompt_pool(args, rank, device))
+        stand_in = (
+            f"random-weight models of the {args.size} shape on random {args.prompt_len}-token "
+            "prompts"
+        )
+        announce(entry_name(), used, stand_in=stand_in)
         timed = TimedIterator(
-            itertools.cycle(pool), batch_size_fn=lambda p: p.numel(), device=device,
-            units="Tok/s",
-        )  # fmt: skip
+            batches, batch_size_fn=lambda p: p.numel(), device=device, units="Tok/s"
+        )
         for prompts in timed:
             data = rollout(models, prompts, args, run)
             loss, stats = ppo_update(models, data, opt, args, run)

@@ -32,6 +32,14 @@ RLHF_TINY += ["--ppo-epochs", "2", "--precision", "fp32", "--device", "cpu"]
 LLAVA_DATA = ["--size", "tiny", "--text-len", "24", "--samples", "8"]
 
 
+def offline_env(tmp_path: Path, stop: int = 4, skip: int = 1) -> dict[str, str]:
+    """`bench_env` with its own ``$MILABENCH_DIR_DATA`` (no upstream input there) and the
+    hub offline: ``prepare.py``'s fetch says in one line per input that it is missing and
+    the benchmark runs its stand-in (test_*_real_inputs.py run upstream's inputs)."""
+    data = str(tmp_path / "milabench-data")
+    return bench_env(stop=stop, skip=skip, HF_HUB_OFFLINE="1", MILABENCH_DIR_DATA=data)
+
+
 def load_main(folder: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """A benchmark's main.py as a module of its own name (every folder has a ``main``)."""
     monkeypatch.syspath_prepend(str(folder))  # llava's main imports its shapes.py
@@ -205,7 +213,7 @@ def test_llava_trains_on_prepared_pairs(tmp_path, python, monkeypatch):
     np = pytest.importorskip("numpy")
     data = tmp_path / "llava"
     prepare = [python, "prepare.py", *LLAVA_DATA, "--data", str(data)]
-    prep = run_with_pipe(prepare, bench_env(), LLAVA)
+    prep = run_with_pipe(prepare, offline_env(tmp_path), LLAVA)
     assert prep.returncode == 0, prep.stderr
     images = np.load(data / "images.npy")
     ids = np.load(data / "input_ids.npy")
@@ -213,12 +221,12 @@ def test_llava_trains_on_prepared_pairs(tmp_path, python, monkeypatch):
     assert ids.shape == (8, 24 + 16)  # text + one placeholder per 8 px patch of 32 px
     assert ((ids == 510).sum(axis=1) == 16).all() and (ids[:, 0] == 1).all()
     assert (data / "done").exists()
-    again = run_with_pipe(prepare, bench_env(), LLAVA)
+    again = run_with_pipe(prepare, offline_env(tmp_path), LLAVA)
     assert "already prepared" in again.stdout
 
     argv = [python, "main.py", *LLAVA_DATA, "--data", str(data), "--batch-size", "2"]
     argv += ["--precision", "fp32", "--device", "cpu", "--num-workers", "1", "--flops", "counted"]
-    run = run_with_pipe(argv, bench_env(stop=3, skip=1), LLAVA)
+    run = run_with_pipe(argv, offline_env(tmp_path, 3, 1), LLAVA)
     flops = check_records(run, 3)
     assert flops["flops_source"] == "counted"
     # A random model over a 512-token vocabulary starts near log(512) = 6.2.
@@ -244,7 +252,7 @@ def test_llava_variable_text_lengths(tmp_path, python, monkeypatch, smoke: Smoke
     torch = pytest.importorskip("torch")
     data = tmp_path / "llava"
     argv = [*LLAVA_DATA, "--min-text-len", "8", "--data", str(data)]
-    prep = run_with_pipe([python, "prepare.py", *argv], bench_env(), LLAVA)
+    prep = run_with_pipe([python, "prepare.py", *argv], offline_env(tmp_path), LLAVA)
     assert prep.returncode == 0, prep.stderr
     ids, lengths = np.load(data / "input_ids.npy"), np.load(data / "lengths.npy")
     assert ids.shape[1] == lengths.max() and 8 + 16 <= lengths.min() <= lengths.max() <= 40
@@ -281,12 +289,12 @@ def test_llava_two_ranks_under_torchrun(tmp_path, python):
     data = tmp_path / "llava"
     data_argv = [*LLAVA_DATA[:-1], "24"]  # --samples 24
     prep = run_with_pipe(
-        [python, "prepare.py", *data_argv, "--data", str(data)], bench_env(), LLAVA
+        [python, "prepare.py", *data_argv, "--data", str(data)], offline_env(tmp_path), LLAVA
     )
     assert prep.returncode == 0, prep.stderr
     argv = [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *data_argv]
     argv += ["--data", str(data), "--batch-size", "2", "--precision", "fp32", "--device", "cpu"]
-    run = run_smuggled([*argv, "--backend", "gloo"], bench_env(stop=3, skip=1), LLAVA)
+    run = run_smuggled([*argv, "--backend", "gloo"], offline_env(tmp_path, 3, 1), LLAVA)
     check_records(run, 3)
     assert "world size 2" in run.stdout
     assert "terminate called" not in run.stderr
@@ -296,6 +304,6 @@ def test_llava_two_ranks_under_torchrun(tmp_path, python):
 def test_llava_without_data_says_to_prepare(tmp_path, python):
     pytest.importorskip("transformers")
     argv = [python, "main.py", *LLAVA_DATA, "--data", str(tmp_path), "--device", "cpu"]
-    run = run_with_pipe(argv, bench_env(), LLAVA, timeout=60)
+    run = run_with_pipe(argv, offline_env(tmp_path), LLAVA, timeout=60)
     assert run.returncode != 0 and "run prepare.py" in run.stderr
     assert run.records == []
