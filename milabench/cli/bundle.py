@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any
 
 from milabench.cli.common import add_option, add_suite_options
 
@@ -97,63 +99,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    from pathlib import Path
-
+    """Bundle the selection of ``args`` (module docstring); the exit code."""
     from milabench.cli.common import ensure_writable, load_suite_from_args
-    from milabench.envs.bundle import (
-        Target,
-        bundle_inputs,
-        data_folders,
-        entry_inputs,
-        make_bundle,
-        summary,
-    )
-    from milabench.envs.groups import build_groups
-    from milabench.errors import UsageError
+    from milabench.envs.bundle import Target, make_bundle
 
-    if args.only_milabench and not args.with_milabench:
-        raise UsageError("--only-milabench and --no-milabench leave nothing to bundle")
-    if args.inputs and not args.with_inputs:
-        raise UsageError("--inputs and --no-inputs contradict each other")
+    _check_options(args)
     target = Target.parse(args.python_version, args.platform)
     suite = load_suite_from_args(args)
-    entries = [] if args.only_milabench else list(suite.entries.values())
-    if args.variant:
-        entries = [dataclasses.replace(e, install_variant=args.variant) for e in entries]
-    groups = build_groups(entries, suite.system) if entries else []
+    groups = _groups(args, suite)
     carry_inputs = args.with_inputs and (bool(args.inputs) or not args.only_milabench)
     if not groups and not args.with_milabench and not carry_inputs:
         print("nothing to bundle: no benchmark selected")
         return 0
     runs = suite.base / "runs"
     ensure_writable(suite.base, runs)
-
-    def names(values: list[str] | None) -> list[str]:
-        return [n for v in values or [] for n in v.split(",") if n]
-
-    origin = {
-        "suite": str(suite.config_path),
-        "select": names(args.select),
-        "exclude": names(args.exclude),
-        "variant": args.variant,
-    }
-    carried: dict[str, dict] = {}
-    if carry_inputs:
-        selected = list(suite.entries.values())
-        wanted = entry_inputs(selected)
-        chosen = names(args.inputs) if args.inputs else wanted
-        from benchshared.catalogue import CATALOGUE
-
-        unknown = [n for n in chosen if n not in CATALOGUE]
-        if unknown:
-            raise UsageError(
-                f"--inputs: {', '.join(unknown)} not in the catalogue "
-                f"(known: {', '.join(CATALOGUE)})"
-            )
-        carried, missing = bundle_inputs(Path(args.output), chosen, data_folders(selected))
-        for name in missing:
-            print(f"note: input {name} is not prepared here (run 'milabench prepare'): not carried")
+    origin = _origin(args, suite)
+    carried = _carry_inputs(args, suite, Path(args.output)) if carry_inputs else {}
     results, logs, manifest = make_bundle(
         groups,
         suite.system,
@@ -165,7 +126,76 @@ def run(args: argparse.Namespace) -> int:
         real_inputs=carried,
         echo=args.verbose,
     )
-    print(summary(results, manifest, Path(args.output).absolute()))
+    return _report(results, logs, manifest, groups, Path(args.output))
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """A `UsageError` for options that contradict each other."""
+    from milabench.errors import UsageError
+
+    if args.only_milabench and not args.with_milabench:
+        raise UsageError("--only-milabench and --no-milabench leave nothing to bundle")
+    if args.inputs and not args.with_inputs:
+        raise UsageError("--inputs and --no-inputs contradict each other")
+
+
+def _groups(args: argparse.Namespace, suite: Any) -> list[Any]:
+    """The install groups to bundle: none with ``--only-milabench``, each entry given
+    ``--variant`` when there is one."""
+    import dataclasses
+
+    from milabench.envs.groups import build_groups
+
+    entries = [] if args.only_milabench else list(suite.entries.values())
+    if args.variant:
+        entries = [dataclasses.replace(e, install_variant=args.variant) for e in entries]
+    return build_groups(entries, suite.system) if entries else []
+
+
+def _names(values: list[str] | None) -> list[str]:
+    """The names of repeated, comma-separated option values, empty ones dropped."""
+    return [n for v in values or [] for n in v.split(",") if n]
+
+
+def _origin(args: argparse.Namespace, suite: Any) -> dict:
+    """What the wheelhouse was made from (suite, selection, variant), for its manifest."""
+    return {
+        "suite": str(suite.config_path),
+        "select": _names(args.select),
+        "exclude": _names(args.exclude),
+        "variant": args.variant,
+    }
+
+
+def _carry_inputs(args: argparse.Namespace, suite: Any, output: Path) -> dict[str, dict]:
+    """Copy the chosen prepared inputs into ``output/inputs`` (`bundle_inputs`); a note
+    for each one not prepared here, a `UsageError` for a name not in the catalogue."""
+    from benchshared.catalogue import CATALOGUE
+    from milabench.envs.bundle import bundle_inputs, data_folders, entry_inputs
+    from milabench.errors import UsageError
+
+    selected = list(suite.entries.values())
+    wanted = entry_inputs(selected)
+    chosen = _names(args.inputs) if args.inputs else wanted
+    unknown = [n for n in chosen if n not in CATALOGUE]
+    if unknown:
+        raise UsageError(
+            f"--inputs: {', '.join(unknown)} not in the catalogue (known: {', '.join(CATALOGUE)})"
+        )
+    carried, missing = bundle_inputs(output, chosen, data_folders(selected))
+    for name in missing:
+        print(f"note: input {name} is not prepared here (run 'milabench prepare'): not carried")
+    return carried
+
+
+def _report(
+    results: list[Any], logs: Path | None, manifest: dict | None, groups: list[Any], output: Path
+) -> int:
+    """Print the summary, the log folder and the groups' notes; 1 (and the first failure
+    on stderr) when a part failed, else 0."""
+    from milabench.envs.bundle import summary
+
+    print(summary(results, manifest, output.absolute()))
     if logs is not None:
         print(f"logs: {logs}")
     for group in groups:

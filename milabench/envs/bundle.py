@@ -1,33 +1,18 @@
 """Wheelhouses for air-gapped nodes: ``milabench bundle`` and ``milabench install --offline``.
 
-On a machine that reaches the package registries, `make_bundle` writes, for a suite's
-selection, an install variant, a Python version and a platform::
+`make_bundle`, on a machine that reaches the package registries, writes the wheelhouse
+of a selection's install groups (`milabench.envs.groups.build_groups`, as ``install``
+makes them) for a target Python version and platform: ``wheels/*.whl``, each group's
+pins in ``requirements/<group>.txt``, milabench's own in ``requirements/milabench.txt``,
+the prepared real inputs in ``inputs/<name>/`` (`bundle_inputs`), and ``manifest.json``,
+written last: a folder without one is not a wheelhouse.
 
-    <wheelhouse>/wheels/*.whl                   every wheel the selection installs
-    <wheelhouse>/requirements/<group>.txt       the pins of each install group
-    <wheelhouse>/requirements/milabench.txt     milabench's own dependencies (+ setuptools)
-    <wheelhouse>/inputs/<name>/                 prepared real inputs (docs/inputs.md)
-    <wheelhouse>/manifest.json                  what it is for, and each file's sha256
-
-Each group's pins are compiled with ``uv pip compile`` from the group's own requirement
-files and constraints (`milabench.envs.groups.build_groups`, the function ``install``
-uses) for the target Python version and platform; each pin is then fetched with ``pip
-download --no-deps`` (uv has no download command) and any sdist is built into a wheel
-here, so the node needs neither an index nor a compiler. The manifest is written last:
-a folder without one is not a wheelhouse.
-
-On the node, `install_offline` installs the groups exactly as ``milabench install``
-does, from the wheelhouse only (``--no-index --find-links``, uv's ``--offline``), with
-the bundled pins as constraints, after checking that the wheelhouse is complete: every
-file of the manifest present with its sha256, this Python version and machine, each
-group bundled with the same requirement files and variant. A missing or damaged wheel
-is one line naming the package.
-
-Real inputs (data sets, tokenizers, weights of ``benchshared.catalogue``) travel too:
-`bundle_inputs` copies the prepared input folders (``<data>/inputs/<name>/``, as
-``benchshared.inputs.locate`` accepts them) into ``inputs/``, and `place_inputs` puts
-them, checked file by file against their own manifests, where ``locate`` finds them on
-the node (the selected entries' data folders), before the install.
+On the node, `install_offline` installs the groups as ``milabench install`` does, with
+the wheelhouse as the only package source, after checking that it is complete and made
+for this Python, machine and selection (a missing or damaged wheel is one line naming
+the package); `place_inputs` first puts the bundled inputs, each file checked, where
+``benchshared.inputs.locate`` finds them.
+How each step works: docs/environments.md "Air-gapped nodes".
 """
 
 from __future__ import annotations
@@ -330,6 +315,54 @@ class _Maker:
                                     f"download: {result.error}")  # fmt: skip
         return BundleResult(name, True, time.perf_counter() - start, pins)
 
+    def reuse_wheels(self) -> None:
+        """Move the wheels of a previous bundle into staging, where pip skips them."""
+        for wheel in (self.output / WHEELS).glob("*.whl"):
+            shutil.move(str(wheel), self.staging / wheel.name)
+
+    def group(self, group: InstallGroup) -> BundleResult:
+        """Bundle one install group: its requirement files plus what install adds on its
+        command line, with its constraints; an empty pins file when it has nothing."""
+        inputs = list(group.requirements)
+        added = _added_requirements(group)
+        if group.needs_voir:
+            added += ["voir", "ptera"]
+        if added:  # what install adds on its command line
+            inputs.append(_log_file(self.logs, f"{group.name}.added.in", added))
+        constraints = [group.constraints] if group.constraints else []
+        if group.constraint_lines:
+            name = f"{group.name}.constraints.txt"
+            constraints.append(_log_file(self.logs, name, group.constraint_lines))
+        if not inputs:
+            (self.output / REQUIREMENTS / f"{group.name}.txt").write_text("")
+            return BundleResult(group.name, True, 0.0)
+        return self.part(group.name, inputs, constraints, group.index_args, _uv_index_args(group))
+
+    def milabench(self) -> BundleResult:
+        """Bundle milabench's own dependencies and its build backend."""
+        source = self.output / REQUIREMENTS / f"{MILABENCH}.in"
+        source.write_text("\n".join([*milabench_requirements(), *MILABENCH_BUILD]) + "\n")
+        return self.part(MILABENCH, [source], [])
+
+    def wheel_files(self, results: list[BundleResult]) -> list[dict] | None:
+        """Once every part is resolved: build the sdists, move the pinned wheels into
+        ``wheels/`` and return their records; None (and the failure recorded in
+        ``results``) when a part failed, a build failed or a pin has no wheel."""
+        if any(not r.ok for r in results):
+            return None
+        errors = self.build_sdists()
+        if errors:
+            results.append(BundleResult("sdists", False, 0.0, [], "; ".join(errors)))
+            return None
+        files = _collect(self.output, self.staging, results)
+        found = {(f["package"], same_version(f["version"])) for f in files}
+        for res in results:
+            lost = [f"{n}=={v}" for n, v in res.pins if (n, same_version(v)) not in found]
+            if lost:  # pip fetched something else than the pin: never a silent gap
+                res.ok, res.message = False, f"no wheel of {', '.join(lost)} after download"
+                return None
+        return files
+
     def build_sdists(self) -> list[str]:
         """Turn each downloaded sdist into a wheel in the staging folder; errors as lines."""
         errors = []
@@ -380,67 +413,30 @@ def make_bundle(
     when a part failed: then no manifest is written, and the folder is not a wheelhouse).
     """
     output = output.absolute()
-    (output / MANIFEST).unlink(missing_ok=True)
-    for sub in (WHEELS, REQUIREMENTS, ".staging"):
-        (output / sub).mkdir(parents=True, exist_ok=True)
+    _start_folders(output)
     logs = LogFolder(runs, "bundle")
     results: list[BundleResult] = []
     manifest_groups: dict[str, dict] = {}
     try:
         maker = _Maker(output, target, system, logs, echo)
-        for wheel in (output / WHEELS).glob("*.whl"):  # a previous bundle: pip skips them
-            shutil.move(str(wheel), maker.staging / wheel.name)
+        maker.reuse_wheels()
         for group in groups:
             say(f"[{group.name}] pins for Python {target.python}, variant {group.variant}")
-            inputs = list(group.requirements)
-            added = _added_requirements(group)
-            if group.needs_voir:
-                added += ["voir", "ptera"]
-            if added:  # what install adds on its command line
-                inputs.append(_log_file(logs, f"{group.name}.added.in", added))
-            constraints = [group.constraints] if group.constraints else []
-            if group.constraint_lines:
-                name = f"{group.name}.constraints.txt"
-                constraints.append(_log_file(logs, name, group.constraint_lines))
-            if not inputs:
-                res = BundleResult(group.name, True, 0.0)
-                (output / REQUIREMENTS / f"{group.name}.txt").write_text("")
-            else:
-                res = maker.part(
-                    group.name, inputs, constraints, group.index_args, _uv_index_args(group)
-                )
+            res = maker.group(group)
             results.append(res)
-            manifest_groups[group.name] = {
-                "variant": group.variant,
-                "benchmarks": group.benchmarks,
-                "fingerprint": group_fingerprint(group),
-                "requirements": f"{REQUIREMENTS}/{group.name}.txt",
-                "pins": [f"{n}=={v}" for n, v in res.pins],
-            }
+            manifest_groups[group.name] = _group_record(group, res)
         own = None
         if with_milabench:
             say(f"[{MILABENCH}] milabench's own dependencies, for Python {target.python}")
-            source = output / REQUIREMENTS / f"{MILABENCH}.in"
-            source.write_text("\n".join([*milabench_requirements(), *MILABENCH_BUILD]) + "\n")
-            res = maker.part(MILABENCH, [source], [])
+            res = maker.milabench()
             results.append(res)
             own = {
                 "requirements": f"{REQUIREMENTS}/{MILABENCH}.txt",
                 "pins": [f"{n}=={v}" for n, v in res.pins],
             }
-        if any(not r.ok for r in results):
-            return results, (logs.path if logs.used else None), None
-        errors = maker.build_sdists()
-        if errors:
-            results.append(BundleResult("sdists", False, 0.0, [], "; ".join(errors)))
-            return results, (logs.path if logs.used else None), None
-        files = _collect(output, maker.staging, results)
-        found = {(f["package"], same_version(f["version"])) for f in files}
-        for res in results:
-            lost = [f"{n}=={v}" for n, v in res.pins if (n, same_version(v)) not in found]
-            if lost:  # pip fetched something else than the pin: never a silent gap
-                res.ok, res.message = False, f"no wheel of {', '.join(lost)} after download"
-                return results, (logs.path if logs.used else None), None
+        files = maker.wheel_files(results)
+        if files is None:
+            return results, _logs_path(logs), None
     finally:
         logs.close()
     manifest = {
@@ -454,10 +450,38 @@ def make_bundle(
         "files": files,
         "inputs": dict(real_inputs or {}),
     }
+    _write_manifest(output, manifest)
+    return results, _logs_path(logs), manifest
+
+
+def _start_folders(output: Path) -> None:
+    """Drop the manifest (``output`` is no wheelhouse until the end) and make the folders."""
+    (output / MANIFEST).unlink(missing_ok=True)
+    for sub in (WHEELS, REQUIREMENTS, ".staging"):
+        (output / sub).mkdir(parents=True, exist_ok=True)
+
+
+def _logs_path(logs: LogFolder) -> Path | None:
+    """The log folder, when a step wrote into it."""
+    return logs.path if logs.used else None
+
+
+def _group_record(group: InstallGroup, res: BundleResult) -> dict:
+    """The manifest's record of one bundled install group."""
+    return {
+        "variant": group.variant,
+        "benchmarks": group.benchmarks,
+        "fingerprint": group_fingerprint(group),
+        "requirements": f"{REQUIREMENTS}/{group.name}.txt",
+        "pins": [f"{n}=={v}" for n, v in res.pins],
+    }
+
+
+def _write_manifest(output: Path, manifest: dict) -> None:
+    """``output/manifest.json``, written atomically (a temporary file, then a rename)."""
     tmp = output / f"{MANIFEST}.tmp{os.getpid()}"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(tmp, output / MANIFEST)
-    return results, (logs.path if logs.used else None), manifest
 
 
 def _uv_index_args(group: InstallGroup) -> list[str]:

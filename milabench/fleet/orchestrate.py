@@ -1,32 +1,17 @@
 """The fleet pipeline: every node of the system measured as its own single-node machine.
 
-For each node, at most ``concurrency`` at a time (each step needs the node's connection
-and some of the main node's CPU for the copies):
-
-1. **reach**: open the SSH connection (or nothing, for a node that is this machine) and
-   check that the node's Python starts; a failure is ``unreachable`` with the reason;
-   then, still before anything is copied, `milabench doctor`'s checks and (when the node
-   will install) its package sources as its own pip configuration names them
-   (`milabench.doctor.sources`: one line per node; reaching none of them is
-   ``install-failed`` with the cause, ``TLS: unknown issuer at URL``...);
-2. **code**: copy the tool, the suite and the selected benchmark folders to the node
-   (`milabench.remote.codesync.push_each`: nothing for a local node or a shared base);
-3. **install**, then **prepare**: the node's own ``milabench install|prepare`` in its own
-   base folder (`nodeplan`); then the node's environment facts
-   (`milabench.remote.facts.node_environment`) for the report's comparisons.
-
-Then, once every node is ready or out, **run** starts on every ready node at the same
-time (not bounded by ``concurrency``: the point is that the runs overlap, as a rack's
-jobs would, so a node slowed by shared power, cooling or network shows up), and finally
-each node's run folder is **collected** into ``<base>/fleet/<name>/nodes/<node>/``.
-
-A node's failure never stops the others: it is recorded with its status and reason in
-``fleet.json`` (rewritten after every step) and the pipeline goes on without it.
-
-Signals: the first SIGINT/SIGTERM stops every running phase (SIGTERM to its process
-group; the node's milabench stops its benchmarks and writes a partial report), SIGKILL
-after ``grace`` seconds, then sweeps; partial run folders are still collected; the second
-signal kills at once and skips the collection. ``fleet.json`` is valid at every moment.
+`run_fleet` takes each node, at most ``concurrency`` at a time, through **reach** (its
+connection and Python, else ``unreachable``; then `milabench doctor`'s checks and, when
+it installs, its package sources), **code** (`milabench.remote.codesync.push_each`),
+**install** and **prepare** (its own ``milabench install|prepare`` in its own base,
+`nodeplan`) and its environment facts; once every node is ready or out, **run** starts
+on every ready node at the same time (not bounded by ``concurrency``), and each node's
+run folder is **collected** into ``<base>/fleet/<name>/nodes/<node>/``. A node's failure
+never stops the others: its status and reason go to ``fleet.json``, rewritten after
+every step and valid at every moment. The first SIGINT/SIGTERM stops every running
+phase (SIGTERM, SIGKILL after ``grace`` seconds, then sweeps) and the partial run
+folders are still collected; a second signal kills at once and skips the collection.
+Why, and what each step does: docs/multinode.md "Validate a new rack".
 """
 
 from __future__ import annotations

@@ -1,32 +1,17 @@
 """Checks before a multi-node run: every node's facts, versions, then a real all-reduce.
 
-Per node (concurrently, each bounded by ``ssh.connect_timeout``): reachable and how fast,
-Python version, torch version, accelerator count, the benchmark environments present, the
-rendezvous port free (required on the main node). Any failure stops here, naming the node.
-
-Then, given the main node's ``base``, the versions: the code is copied to every worker
-that does not share the base (`milabench.remote.codesync.push_code`, run id
-``preflight``: this also proves the copy works, and a run's later push of the same files
-is cheap), and every node's `milabench.remote.facts.node_environment` is compared with
-the main node's: Python, milabench version, commit and code hash, and for each install
-group the torch version and the hash of the package list. Each differing node is one
-``FAIL node <name>: differs from <main>: <what> <its value> vs <main's value>`` line.
-
-Each node also checks its package sources, as its own pip configuration names them
-(`milabench.doctor.sources`: one ``sources <node>:`` line each, ``ok: URL...`` or the
-cause, ``TLS: unknown issuer at URL``; not a failure here: a multi-node run's workers
-install nothing, the main node installs and copies), and runs `milabench doctor`'s checks
-with its own Python, before anything is copied (`milabench.doctor.probe.probe_argv`):
-a failure there (a capped or erroring GPU, a full disk) fails the preflight unless
-``ignore_doctor``; warnings are listed per node.
-Whether that Python can import milabench's dependencies is reported as a warning: a
-multi-node run's workers run only benchmark environments, but `milabench fleet` and
-jobs that run milabench on the node need them.
-
-Otherwise one torchrun per node runs `milabench.remote.probe.ALLREDUCE` (gloo on CPU,
-nccl on GPU) with a static rendezvous on the main node, and rank 0 reports latency and
-bandwidth. Paths under the main node's base (the interpreter, the environments) are each
-node's own (`milabench.remote.sync.node_base`).
+`preflight` runs these steps in order and stops after the first one that fails, each
+failure one line of ``PreflightResult.failures`` naming the node: every node probed at
+once (`probe_node`: reachable, Python, torch, accelerators, the environments present,
+the rendezvous port free on the main node; the first failure stops the others); each
+node's package sources (`sources_node`: reported, never a failure) and `milabench
+doctor`'s checks (`doctor_node`: a failure fails unless ``ignore_doctor``); the same
+Python everywhere; with ``base``, the code copied to the workers (run id ``preflight``)
+and every node's environment compared with the main node's (`push_and_check`); then
+one torchrun per node running `ALLREDUCE`, rank 0's bandwidth and latency in
+``allreduce``. Paths under the main node's base are each node's own
+(`milabench.remote.sync.node_base`). `render` prints the result.
+What each check looks at, and why: docs/multinode.md "milabench preflight".
 """
 
 from __future__ import annotations
@@ -319,7 +304,8 @@ async def doctor_node(
 ) -> None:
     """`milabench doctor`'s checks on one node with its ``python``: into ``facts.doctor``
     (``facts.doctor_error`` when they could not run). A missing dependency of milabench
-    is downgraded to a warning here (see the module docstring)."""
+    is downgraded to a warning here: a multi-node run's workers run benchmark
+    environments only."""
     argv = probe_argv(
         python,
         paths=[base] if base else [],
@@ -412,6 +398,7 @@ async def preflight(
     main = main_node(system)
     nodes.sort(key=lambda n: n.get("name") != main.get("name"))  # main first
     main_base = str(Path(base).absolute()) if base is not None else None
+    on_node = node_python or {}
     try:
         for node in nodes:
             if main_base is not None:
@@ -422,90 +409,159 @@ async def preflight(
         result = PreflightResult(facts)
         result.failures = [f.error for f in facts if f.error]
         if not result.failures:
-            await asyncio.gather(
-                *(
-                    sources_node(
-                        n,
-                        system,
-                        pool,
-                        f,
-                        python=(node_python or {}).get(str(n["name"]), "python3"),
-                    )
-                    for n, f in zip(nodes, facts, strict=True)
-                )
-            )
+            await _check_sources(system, nodes, pool, facts, on_node)
         if doctor and not result.failures:
-            await asyncio.gather(
-                *(
-                    doctor_node(
-                        n,
-                        system,
-                        pool,
-                        f,
-                        python=(node_python or {}).get(str(n["name"]), "python3"),
-                        base=node_base(n, main_base) if main_base is not None else None,
-                    )
-                    for n, f in zip(nodes, facts, strict=True)
-                )
-            )
+            await _check_doctor(system, nodes, pool, facts, on_node, main_base)
             if not ignore_doctor:
-                for f in facts:
-                    line = refusal(
-                        f.doctor,
-                        lead=f"node {f.name}: milabench doctor: ",
-                        tail=" (--ignore-doctor goes on anyway)",
-                    )
-                    if line is not None:
-                        result.failures.append(line)
+                result.failures += _doctor_refusals(facts)
         if not result.failures:
-            ref = facts[0].facts.get("python")
-            for f in facts[1:]:
-                if f.facts.get("python") != ref:
-                    result.failures.append(
-                        f"node {f.name}: Python {f.facts.get('python')} differs from "
-                        f"the main node's {ref}"
-                    )
+            result.failures += _python_differences(facts)
         if not result.failures and versions and main_base is not None:
-            try:
-                layouts, environments, problems = await push_and_check(
-                    system,
-                    main_base,
-                    PREFLIGHT_RUN_ID,
-                    list(code_paths or []),
-                    dict(venvs or {}),
-                    pool=pool,
-                )
-            except NodeError as err:
-                result.failures.append(str(err))
-            else:
-                result.layouts, result.environments = layouts, environments
-                result.failures += list(problems.values())
-                for f in facts:
-                    layout = layouts.get(f.name)
-                    f.code = layout.method if layout is not None else "local"
+            await _check_versions(system, pool, main_base, code_paths, venvs, result)
         if result.failures or not allreduce:
             return result
-        accel = [accelerator_count(f.facts) for f in facts]
-        nproc = min(accel) if min(accel) > 0 else 1
-        try:
-            result.allreduce = await run_allreduce(
-                system,
-                nodes,
-                python=pythons,
-                port=port,
-                nproc=nproc,
-                size_mib=size_mib,
-                iters=iters,
-                timeout=timeout,
-                launcher=launcher,
-            )
-            if not result.allreduce.get("correct", True):
-                result.failures.append("all-reduce returned a wrong sum")
-        except NodeError as err:
-            result.failures.append(str(err))
+        await _check_allreduce(
+            system,
+            nodes,
+            result,
+            python=pythons,
+            port=port,
+            size_mib=size_mib,
+            iters=iters,
+            timeout=timeout,
+            launcher=launcher,
+        )
         return result
     finally:
         await pool.close()
+
+
+async def _check_sources(
+    system: dict,
+    nodes: list[dict],
+    pool: ConnectionPool,
+    facts: list[NodeFacts],
+    node_python: dict[str, str],
+) -> None:
+    """`sources_node` on every node at once, with the Python that runs milabench there."""
+    await asyncio.gather(
+        *(
+            sources_node(n, system, pool, f, python=node_python.get(str(n["name"]), "python3"))
+            for n, f in zip(nodes, facts, strict=True)
+        )
+    )
+
+
+async def _check_doctor(
+    system: dict,
+    nodes: list[dict],
+    pool: ConnectionPool,
+    facts: list[NodeFacts],
+    node_python: dict[str, str],
+    main_base: str | None,
+) -> None:
+    """`doctor_node` on every node at once, each with its own Python and base."""
+    await asyncio.gather(
+        *(
+            doctor_node(
+                n,
+                system,
+                pool,
+                f,
+                python=node_python.get(str(n["name"]), "python3"),
+                base=node_base(n, main_base) if main_base is not None else None,
+            )
+            for n, f in zip(nodes, facts, strict=True)
+        )
+    )
+
+
+def _doctor_refusals(facts: list[NodeFacts]) -> list[str]:
+    """One failure line for each node whose doctor found a failure."""
+    lines = []
+    for f in facts:
+        line = refusal(
+            f.doctor,
+            lead=f"node {f.name}: milabench doctor: ",
+            tail=" (--ignore-doctor goes on anyway)",
+        )
+        if line is not None:
+            lines.append(line)
+    return lines
+
+
+def _python_differences(facts: list[NodeFacts]) -> list[str]:
+    """One failure line for each node whose Python differs from the main node's (first)."""
+    ref = facts[0].facts.get("python")
+    return [
+        f"node {f.name}: Python {f.facts.get('python')} differs from the main node's {ref}"
+        for f in facts[1:]
+        if f.facts.get("python") != ref
+    ]
+
+
+async def _check_versions(
+    system: dict,
+    pool: ConnectionPool,
+    main_base: str,
+    code_paths: list[Path] | None,
+    venvs: dict[str, str] | None,
+    result: PreflightResult,
+) -> None:
+    """Copy the code to the workers and compare their environments with the main
+    node's (`push_and_check`): into ``result`` (layouts, environments, failures) and
+    each node's ``code`` (how it got the code)."""
+    try:
+        layouts, environments, problems = await push_and_check(
+            system,
+            main_base,
+            PREFLIGHT_RUN_ID,
+            list(code_paths or []),
+            dict(venvs or {}),
+            pool=pool,
+        )
+    except NodeError as err:
+        result.failures.append(str(err))
+        return
+    result.layouts, result.environments = layouts, environments
+    result.failures += list(problems.values())
+    for f in result.nodes:
+        layout = layouts.get(f.name)
+        f.code = layout.method if layout is not None else "local"
+
+
+async def _check_allreduce(
+    system: dict,
+    nodes: list[dict],
+    result: PreflightResult,
+    *,
+    python: dict[str, str],
+    port: int,
+    size_mib: float,
+    iters: int,
+    timeout: float,
+    launcher: NodeLauncher,
+) -> None:
+    """`run_allreduce` with one process per accelerator of the node that has fewest
+    (one on CPU): into ``result.allreduce``, or a failure line."""
+    accel = [accelerator_count(f.facts) for f in result.nodes]
+    nproc = min(accel) if min(accel) > 0 else 1
+    try:
+        result.allreduce = await run_allreduce(
+            system,
+            nodes,
+            python=python,
+            port=port,
+            nproc=nproc,
+            size_mib=size_mib,
+            iters=iters,
+            timeout=timeout,
+            launcher=launcher,
+        )
+        if not result.allreduce.get("correct", True):
+            result.failures.append("all-reduce returned a wrong sum")
+    except NodeError as err:
+        result.failures.append(str(err))
 
 
 def describe_versions(env: dict) -> str:
