@@ -5,9 +5,12 @@ neighbourhood aggregation over the bond graph: mean/min/max/std aggregators, ide
 amplification/attenuation degree scalers; upstream's shape is 64 layers of width 64; the
 per-atom outputs max-pooled per molecule) and ``DimeNet`` (directional message passing
 over a radius graph of the 3D positions, with angle triplets; hidden 64, 6 blocks, 8
-bilinear, 7 spherical, 6 radial, cutoff 10 A). The molecules come from prepare.py
-(`molecules.py`: PCQM4Mv2-shaped, in an SQLite ``OnDiskDataset`` with upstream's schema)
-and are batched by torch_geometric's DataLoader (``--num-workers``; upstream's default and
+bilinear, 7 spherical, 6 radial, cutoff 10 A). The molecules come from prepare.py, in an
+SQLite ``OnDiskDataset`` with upstream's schema: for ``dimenet``, upstream's (the first
+molecules of PCQM4Mv2 with their DFT conformers, `pcqm4mv2.py`) when its input was
+prepared, else the stand-in (`molecules.py`: generated, PCQM4Mv2-shaped), announced as
+not comparable (``benchshared.inputs.announce``, rank 0, before the measurement); for
+``pna``, the stand-in (docs/parity.md). They are batched by torch_geometric's DataLoader (``--num-workers``; upstream's default and
 the suites': 0, loading in the training process), so the input pipeline is measured too.
 Loss: L1 on the normalised target, computed as upstream computes it (a ``[B]`` prediction
 against ``[B, 1]`` targets: broadcast to ``B x B`` pairs), Adam. Throughput is graphs
@@ -38,7 +41,8 @@ import torch
 import torch.nn.functional as F
 from geometry import use_plain_torch_graph_ops
 from molecules import MoleculeDB, dataset_name
-from prepare import STATS
+from pcqm4mv2 import INPUT
+from prepare import STATS, entry_name, real_subset, wants_real_molecules
 
 from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare
@@ -46,8 +50,10 @@ from benchkit.memory import check_memory
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import Setup, add_common_arguments, optimizer_step, setup
 from benchshared.datasets import data_dir
+from benchshared.inputs import announce, locate
 
 MODELS = ("PNA", "DimeNet")
+STAND_IN = "generated PCQM4Mv2-shaped molecules (benchmarks/geo_gnn/molecules.py)"
 # Per model: (hidden width, layers or blocks) of upstream's configuration.
 DEFAULT_SHAPE = {"PNA": (64, 64), "DimeNet": (64, 6)}
 # Graphs whose step is counted for the FLOPs declaration (several DimeNet batches: its
@@ -88,12 +94,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def load_dataset(args: argparse.Namespace) -> tuple[MoleculeDB, dict[str, Any]]:
-    """The prepared database and its statistics (``stats.json``)."""
-    folder = Path(args.data or data_dir("geo_gnn")) / dataset_name(args.num_samples)
+def load_dataset(
+    args: argparse.Namespace, entry: str
+) -> tuple[MoleculeDB, dict[str, Any], Path | None]:
+    """The prepared database, its statistics (``stats.json``) and, when they are
+    upstream's molecules, the input folder they were built from (None: the stand-in)."""
+    root = Path(args.data or data_dir("geo_gnn"))
+    if wants_real_molecules(entry):
+        source = locate(INPUT)
+        folder = real_subset(root, args.num_samples, source)
+        if folder is not None:
+            return MoleculeDB(folder), json.loads((folder / STATS).read_text()), source
+    folder = root / dataset_name(args.num_samples)
     if not (folder / STATS).is_file():
         raise SystemExit(f"{folder} is not prepared: run prepare.py with the same arguments first")
-    return MoleculeDB(folder), json.loads((folder / STATS).read_text())
+    return MoleculeDB(folder), json.loads((folder / STATS).read_text()), None
 
 
 def make_model(args: argparse.Namespace, stats: dict[str, Any]) -> torch.nn.Module:
@@ -190,7 +205,13 @@ def main(argv: list[str] | None = None) -> None:
     check_memory(__file__, args, device)  # skips, with the numbers, if it cannot fit
     from torch_geometric.loader import DataLoader
 
-    dataset, stats = load_dataset(args)
+    entry = entry_name(args.model)
+    real_wanted = wants_real_molecules(entry)
+    dataset, stats, source = load_dataset(args, entry)
+    if source is not None:
+        kind = "PCQM4Mv2's molecules"
+    else:
+        kind = "STAND-IN molecules" if real_wanted else "generated PCQM4Mv2-shaped molecules"
     if len(dataset) < args.batch_size:
         raise SystemExit(f"{len(dataset)} molecules: fewer than one batch of {args.batch_size}")
     mean, std = stats["y_mean"], stats["y_std"]
@@ -211,9 +232,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.precision} on {device}, {torch.get_num_threads()} threads, "
         f"{args.num_workers} workers, {stats['atoms'] / stats['molecules']:.2f} atoms and "
         f"{stats['bonds'] / stats['molecules']:.2f} bonds per molecule, "
-        f"{per_graph / 1e6:.1f} counted MFLOP per graph",
+        f"{per_graph / 1e6:.1f} counted MFLOP per graph, " + kind,
         flush=True,
     )
+    if real_wanted:
+        announce(entry, {INPUT: source}, stand_in=STAND_IN)
 
     if args.num_workers > 0:
         dataset.forget_connection()  # each forked worker opens its own
