@@ -170,17 +170,18 @@ def _origin(args: argparse.Namespace, suite: Any) -> dict:
 def _carry_inputs(args: argparse.Namespace, suite: Any, output: Path) -> dict[str, dict]:
     """Copy the chosen prepared inputs into ``output/inputs`` (`bundle_inputs`); a note
     for each one not prepared here, a `UsageError` for a name not in the catalogue."""
-    from benchshared.catalogue import CATALOGUE
+    from benchshared.catalogue import effective_catalogue
     from milabench.envs.bundle import bundle_inputs, data_folders, entry_inputs
     from milabench.errors import UsageError
 
     selected = list(suite.entries.values())
     wanted = entry_inputs(selected)
     chosen = _names(args.inputs) if args.inputs else wanted
-    unknown = [n for n in chosen if n not in CATALOGUE]
+    known = effective_catalogue()  # the site's override file included
+    unknown = [n for n in chosen if n not in known]
     if unknown:
         raise UsageError(
-            f"--inputs: {', '.join(unknown)} not in the catalogue (known: {', '.join(CATALOGUE)})"
+            f"--inputs: {', '.join(unknown)} not in the catalogue (known: {', '.join(known)})"
         )
     carried, missing = bundle_inputs(output, chosen, data_folders(selected))
     for name in missing:

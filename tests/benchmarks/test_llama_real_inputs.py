@@ -190,11 +190,20 @@ def test_main_and_prepare_name_the_catalogue_inputs():
     assert tokenizer.repo_id == "hf-internal-testing/llama-tokenizer"
 
 
-def test_prepare_fetches_nothing_for_the_stand_in_size(capsys):
+def test_prepare_fetches_at_the_stand_in_size_too(tmp_path, monkeypatch, capsys):
+    """``--size`` shapes only the stand-in: a tiny run asks for the same three inputs
+    (offline here, as the smoke suite is: one line each, nothing downloaded)."""
+    monkeypatch.setenv("MILABENCH_DIR_DATA", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     prepare = load("prepare")
     found = prepare.prepare(prepare.parse_args(["--size", "tiny", "--batch-size", "1"]))
-    assert found == dict.fromkeys(("llama2-7b-chat", "llama2-tokenizer", "wikitext-103"))
-    assert "fetched for --size 7b only" in capsys.readouterr().out
+    names = ("llama2-7b-chat", "llama2-tokenizer", "wikitext-103")
+    assert found == dict.fromkeys(names)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" unavailable: ")[0] for line in lines] == [
+        f"milabench: input {name} for llama" for name in names
+    ]
+    assert all("offline (HF_HUB_OFFLINE=1)" in line for line in lines)
 
 
 def test_prepare_at_the_entry_size_asks_for_the_three_inputs(tmp_path, monkeypatch, capsys):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+
+from .conftest import clean_environ
 
 
 @pytest.mark.quiet  # bounds the time of a no-op command
@@ -36,3 +39,29 @@ def test_prepare_without_environment_fails_clearly(mb):
     assert proc.returncode == 1
     assert "milabench install --select tiny-a" in proc.stdout
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_prepare_says_which_inputs_an_entry_will_lack(tmp_path, milabench_runner):
+    """Without --verbose, each input a prepare step could not have is one line of the
+    command's output (as `benchshared.inputs.fetch` printed it), and the table says the
+    entry will run its stand-in."""
+    suite = tmp_path / "suite.yaml"
+    fixture = Path(__file__).parent / "fixtures" / "inputs-bench"
+    suite.write_text(
+        f"inputs-bench:\n  definition: {fixture}\n  env:\n    HF_HUB_OFFLINE: '1'\n"
+        "    BENCH: inputs-bench\n"
+    )
+    env = {**clean_environ(), "MILABENCH_GPU_ARCH": "cpu"}
+    mb = milabench_runner(suite, tmp_path / "base", env)
+    proc = mb("prepare", "--use-current-env")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("milabench: input ")]
+    assert [ln.split(" unavailable: ")[0] for ln in lines] == [
+        "milabench: input alpaca-cleaned for inputs-bench",
+        "milabench: input llama3.1-8b-tokenizer for inputs-bench",
+    ]
+    assert all("offline (HF_HUB_OFFLINE=1) and not prepared" in ln for ln in lines)
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("inputs-bench "))
+    assert "2 input(s) unavailable (alpaca-cleaned, llama3.1-8b-tokenizer): it will run its " in (
+        row
+    )

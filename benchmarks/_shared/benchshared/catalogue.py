@@ -11,15 +11,20 @@ Two kinds:
   optional sha256 / md5).
 
 `CATALOGUE` maps each name to its record; `ENTRY_INPUTS` maps each upstream entry to the
-names it needs; `inputs_for(entry)` and `get(name)` read them. Standard library only.
-docs/inputs.md lists the same facts, with the sources of every pin and the known gaps.
+names it needs; `inputs_for(entry)` and `get(name)` read them, with the records of the file
+``MILABENCH_INPUTS_CATALOGUE`` names (a site's mirror that re-hosts inputs at other
+revisions; `load_override`) in place of, or besides, the built-in ones. Standard library
+only. docs/inputs.md lists the same facts, with the sources of every pin and the known gaps.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 MAIN = "main"
 """The revision of an input not pinned to a commit (a known gap, docs/inputs.md)."""
@@ -397,6 +402,7 @@ ENTRY_INPUTS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
         "rlhf-single": _RLHF,
         "rlhf-gpus": _RLHF,
         "dimenet": ("pcqm4mv2",),
+        "pna": ("pcqm4mv2",),  # upstream's pna reads the same first molecules, in 2D
         "recursiongfn": ("bengio2021flow-proxy",),
     }
 )
@@ -404,14 +410,242 @@ ENTRY_INPUTS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
 
 
 def get(name: str) -> Input:
-    """The catalogue record `name`; KeyError naming the known names otherwise."""
+    """The record `name` (the override file's when it has one, `load_override`); KeyError
+    naming the known names otherwise."""
+    records = effective_catalogue()
     try:
-        return CATALOGUE[name]
+        return records[name]
     except KeyError:
-        known = ", ".join(CATALOGUE)
+        known = ", ".join(records)
         raise KeyError(f"no input {name!r} in the catalogue (known: {known})") from None
 
 
 def inputs_for(entry: str) -> tuple[str, ...]:
-    """The names of the inputs upstream's `entry` reads (empty for any other entry)."""
-    return ENTRY_INPUTS.get(entry, ())
+    """The names of the inputs upstream's `entry` reads (the override file's list when it
+    gives one; empty for any other entry)."""
+    return effective_entries().get(entry, ())
+
+
+# -- a site's own catalogue: MILABENCH_INPUTS_CATALOGUE ------------------------------------
+
+OVERRIDE_VARIABLE = "MILABENCH_INPUTS_CATALOGUE"
+
+
+class CatalogueError(ValueError):
+    """The override file cannot be used: the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Override:
+    """What an override file holds: records by name, entries' input lists by entry."""
+
+    path: Path
+    inputs: MappingProxyType[str, Input]
+    entries: MappingProxyType[str, tuple[str, ...]]
+
+
+_HUB_TEXT = ("repo_id", "revision", "revision_source", "licence", "licence_page", "upstream")
+_URL_TEXT = ("revision", "revision_source", "licence", "licence_page", "upstream")
+_HUB_KEYS = frozenset(f.name for f in fields(HubInput)) | {"kind"}
+_URL_KEYS = frozenset(f.name for f in fields(UrlInput)) | {"kind"}
+_URL_FILE_KEYS = frozenset(f.name for f in fields(UrlFile))
+_cache: dict[tuple[str, int, int], Override] = {}
+
+
+def load_override(path: str | os.PathLike[str] | None = None) -> Override | None:
+    """The override file `path` (default: ``$MILABENCH_INPUTS_CATALOGUE``; None when unset
+    or empty), read and checked; reread when the file changes.
+
+    The file is JSON: ``{"inputs": {NAME: RECORD}, "entries": {ENTRY: [NAME, ...]}}``, both
+    optional. A RECORD for a catalogue name replaces the fields it gives (``revision``,
+    ``files``, ``sha256``, ... as in `HubInput` / `UrlInput`; ``sha256`` as a whole); a
+    new name needs ``repo_id`` and ``files`` (a hub input, ``repo_type`` default
+    ``model``, ``revision`` default ``main``) or ``files`` of ``{"url", "path", "sha256",
+    "md5"}`` objects (a URL input). An unreadable file, an unknown key or a value of the
+    wrong type raises `CatalogueError` naming the file and the key (``inputs.NAME.files``).
+    """
+    if path is None:
+        path = os.environ.get(OVERRIDE_VARIABLE, "").strip()
+        if not path:
+            return None
+    file = Path(path)
+    try:
+        stat = file.stat()
+        key = (str(file.resolve()), stat.st_mtime_ns, stat.st_size)
+        if key in _cache:
+            return _cache[key]
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogueError(
+            f"{file} ({OVERRIDE_VARIABLE}): cannot read it ({exc.strerror or exc})"
+        ) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise CatalogueError(f"{file} ({OVERRIDE_VARIABLE}): not JSON ({exc})") from None
+    override = _parse_override(file, data)
+    _cache.clear()
+    _cache[key] = override
+    return override
+
+
+def effective_catalogue() -> MappingProxyType[str, Input]:
+    """`CATALOGUE` with the override file's records in place or added."""
+    override = load_override()
+    if override is None or not override.inputs:
+        return CATALOGUE
+    return MappingProxyType({**CATALOGUE, **override.inputs})
+
+
+def effective_entries() -> MappingProxyType[str, tuple[str, ...]]:
+    """`ENTRY_INPUTS` with the override file's entries' lists in place or added."""
+    override = load_override()
+    if override is None or not override.entries:
+        return ENTRY_INPUTS
+    return MappingProxyType({**ENTRY_INPUTS, **override.entries})
+
+
+def _parse_override(file: Path, data: Any) -> Override:
+    def fail(where: str, problem: str) -> CatalogueError:
+        return CatalogueError(f"{file} ({OVERRIDE_VARIABLE}): {where}: {problem}")
+
+    if not isinstance(data, dict):
+        raise fail("(top level)", 'not an object {"inputs": {...}, "entries": {...}}')
+    for key in data:
+        if key not in ("inputs", "entries"):
+            raise fail(key, 'unknown key (the file holds "inputs" and "entries")')
+    raw_inputs, raw_entries = data.get("inputs", {}), data.get("entries", {})
+    if not isinstance(raw_inputs, dict):
+        raise fail("inputs", "not an object of records by name")
+    if not isinstance(raw_entries, dict):
+        raise fail("entries", "not an object of name lists by entry")
+    records: dict[str, Input] = {}
+    for name, raw in raw_inputs.items():
+        records[name] = _parse_record(name, raw, lambda key, p, n=name: fail(f"inputs.{n}{key}", p))
+    known = {**CATALOGUE, **records}
+    entries: dict[str, tuple[str, ...]] = {}
+    for entry, names in raw_entries.items():
+        where = f"entries.{entry}"
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise fail(where, "not a list of input names")
+        for name in names:
+            if name not in known:
+                raise fail(where, f"no input {name!r} in the catalogue or this file")
+        entries[entry] = tuple(names)
+    return Override(file, MappingProxyType(records), MappingProxyType(entries))
+
+
+def _parse_record(name: str, raw: Any, fail: Any) -> Input:
+    """One record of the file: the built-in record `name` with `raw`'s fields, or a new
+    one. `fail(".key", problem)` makes the error."""
+    if not isinstance(raw, dict):
+        raise fail("", "not an object of fields")
+    base = CATALOGUE.get(name)
+    kind = raw.get("kind")
+    if kind is None and base is not None:
+        kind = base.kind
+    elif kind is None:
+        files = raw.get("files")
+        if {"repo_id", "repo_type", "gated", "sha256"} & set(raw) or (
+            isinstance(files, list) and files and all(isinstance(f, str) for f in files)
+        ):
+            kind = "hub"
+        elif isinstance(files, list) and files and all(isinstance(f, dict) for f in files):
+            kind = "url"
+        else:
+            raise fail(
+                "",
+                'a new input needs repo_id and files (a hub input) or files of {"url", '
+                '"path"} objects (a URL input)',
+            )
+    if kind not in ("hub", "url"):
+        raise fail(".kind", f'{kind!r} is not "hub" or "url"')
+    if base is not None and base.kind != kind:
+        raise fail(".kind", f"{name} is a {base.kind} input in the catalogue, not {kind}")
+    allowed = _HUB_KEYS if kind == "hub" else _URL_KEYS
+    for key in raw:
+        if key not in allowed:
+            raise fail(
+                f".{key}", f"unknown field of a {kind} input (known: {', '.join(sorted(allowed))})"
+            )
+    if raw.get("name", name) != name:
+        raise fail(".name", f"{raw['name']!r} differs from the record's key {name!r}")
+    values: dict[str, Any] = {}
+    for key in _HUB_TEXT if kind == "hub" else _URL_TEXT:
+        if key in raw:
+            if not isinstance(raw[key], str) or not raw[key]:
+                raise fail(f".{key}", "not a non-empty string")
+            values[key] = raw[key]
+    if "files" in raw:
+        values["files"] = (_hub_files if kind == "hub" else _url_files)(raw["files"], fail)
+    if kind == "hub":
+        if "repo_type" in raw:
+            if raw["repo_type"] not in ("model", "dataset"):
+                raise fail(".repo_type", f'{raw["repo_type"]!r} is not "model" or "dataset"')
+            values["repo_type"] = raw["repo_type"]
+        if "gated" in raw:
+            if not isinstance(raw["gated"], bool):
+                raise fail(".gated", "not true or false")
+            values["gated"] = raw["gated"]
+        if "sha256" in raw:
+            values["sha256"] = _pinned_hashes(raw["sha256"], fail)
+    if base is not None:
+        return replace(base, **values)
+    missing = [
+        k for k in (("repo_id", "files") if kind == "hub" else ("files",)) if k not in values
+    ]
+    if missing:
+        raise fail(f".{missing[0]}", "required for an input the catalogue does not have")
+    source = f"{OVERRIDE_VARIABLE} file"
+    common = {"revision": MAIN, "revision_source": source, "licence": "not stated",
+              "licence_page": "not stated", "upstream": source}  # fmt: skip
+    if kind == "hub":
+        return HubInput(name=name, **{"repo_type": "model", "gated": False, **common, **values})
+    return UrlInput(name=name, **{**common, **values})
+
+
+def _hub_files(raw: Any, fail: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(f, str) and f for f in raw):
+        raise fail(".files", "not a non-empty list of repository paths or patterns")
+    return tuple(raw)
+
+
+def _url_files(raw: Any, fail: Any) -> tuple[UrlFile, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise fail(".files", 'not a non-empty list of {"url", "path", "sha256", "md5"} objects')
+    out = []
+    for i, item in enumerate(raw):
+        where = f".files[{i}]"
+        if not isinstance(item, dict):
+            raise fail(where, 'not an object {"url", "path", "sha256", "md5"}')
+        for key in item:
+            if key not in _URL_FILE_KEYS:
+                raise fail(f"{where}.{key}", "unknown field (known: md5, path, sha256, url)")
+        for key in ("url", "path"):
+            if not isinstance(item.get(key), str) or not item[key]:
+                raise fail(f"{where}.{key}", "required, a non-empty string")
+        if not item["url"].startswith(("http://", "https://")):
+            raise fail(f"{where}.url", f"{item['url']!r} is not an http(s) URL")
+        for key, length in (("sha256", 64), ("md5", 32)):
+            value = item.get(key)
+            if value is not None and not _is_hex(value, length):
+                raise fail(f"{where}.{key}", f"not {length} lower-case hexadecimal digits")
+        out.append(UrlFile(**item))
+    return tuple(out)
+
+
+def _pinned_hashes(raw: Any, fail: Any) -> MappingProxyType[str, str]:
+    if not isinstance(raw, dict):
+        raise fail(".sha256", "not an object {path: sha256}")
+    for path, value in raw.items():
+        if not _is_hex(value, 64):
+            raise fail(f".sha256.{path}", "not 64 lower-case hexadecimal digits")
+    return MappingProxyType(dict(raw))
+
+
+def _is_hex(value: Any, length: int) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) == length
+        and all(c in "0123456789abcdef" for c in value)
+    )

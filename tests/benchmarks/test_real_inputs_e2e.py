@@ -1,0 +1,299 @@
+"""Upstream's real inputs end to end, tested without the hubs: ``milabench prepare`` and
+``run`` of the real-input entries at smoke size, on tiny inputs in the real formats.
+
+The loopback hub (tests/hubserver.py) serves, under the catalogue's repository ids, the
+tiny inputs that each benchmark's own tests build (``tests/benchmarks/test_*_real_inputs``:
+a byte-level BPE and Alpaca records for the LLM entries, a tiny Llama checkpoint with its
+tokenizer and wikitext parquet shards, a tiny LLaVA checkpoint with its processor and an
+aokvqa parquet file, a tiny GPT-NeoX checkpoint with pythia's tokenizer and the
+descriptiveness prompts), each repository at a commit of its own: the site's mirror of
+docs/inputs.md, described by a ``MILABENCH_INPUTS_CATALOGUE`` file (those commits, those
+files and their sha256). A suite file over config/standard-smoke.yaml points the entries at
+the hub (``HF_HUB_OFFLINE=0``, ``HF_ENDPOINT``, ``MILABENCH_URL_MIRROR``, the catalogue
+file; ``parity: same``); prepare must fetch and verify every input (files, manifests, the
+hub's request log), the run must use them (``inputs`` records comparable) and the report
+must count the entries comparable with upstream. Then, on a second base with the smoke
+suite's ``HF_HUB_OFFLINE=1`` and nothing prepared: one ``milabench: input NAME for ENTRY
+unavailable`` line per missing input, runs that pass on their stand-ins, and a report that
+names each entry not comparable with the stand-in and the missing inputs.
+
+``--use-current-env``: the test process's environment has every package these entries'
+real paths need. dimenet is left out: its real path needs RDKit, which that environment
+lacks (tests/benchmarks/test_geo_pcqm4mv2.py runs it in an environment that has it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import clirun
+import pytest
+from hubserver import LFS_SUFFIXES, HubServer
+
+from .conftest import BENCHMARKS, ROOT
+
+pytest.importorskip("peft")
+pytest.importorskip("tokenizers")
+pytest.importorskip("pyarrow")
+pytest.importorskip("PIL")
+
+pytestmark = pytest.mark.slow
+
+SMOKE = ROOT / "config" / "standard-smoke.yaml"
+TOKEN = "hf_e2e_granted_token_0123456789abcdef"
+#: Each real-input entry run here and the inputs its prepare.py fetches (the LLM entries
+#: fetch their data set and tokenizer; the model is built at ``--size``).
+_LLM_8B = ("alpaca-cleaned", "llama3.1-8b-tokenizer")
+_LLM_70B = ("alpaca", "llama3.1-70b-tokenizer")
+ENTRIES: dict[str, tuple[str, ...]] = {
+    "llm-lora-single": _LLM_8B,
+    "llm-lora-ddp-gpus": _LLM_8B,  # torchrun, 2 gloo ranks (FSDP2)
+    "llm-lora-mp-gpus": _LLM_70B,
+    "llm-full-mp-gpus": _LLM_70B,
+    "llama": ("llama2-7b-chat", "llama2-tokenizer", "wikitext-103"),
+    "llava-single": ("llava-1.5-7b", "the-cauldron-aokvqa"),
+    "rlhf-single": ("pythia-1b-deduped", "pythia-160m", "descriptiveness-sentiment"),
+}
+#: What each entry's main.py says it ran instead (its ``inputs`` record's ``stand_in``).
+STAND_IN = {
+    **dict.fromkeys([e for e in ENTRIES if e.startswith("llm-")], "64-token random sequences"),
+    "llama": "random weights, 32 generated tokens per prompt",
+    "llava-single": "random-weight LLaVA",
+    "rlhf-single": "random-weight models",
+}
+#: The tiny aokvqa file has 4 rows: a batch of 2 (the smoke suite's 8 makes none).
+ARGV = {"llava-single": {"--batch-size": 2}}
+#: fetch's line for an input it cannot have (``--verbose`` prefixes it with ``[entry]``)
+UNAVAILABLE = re.compile(r"milabench: input (\S+) for (\S+) unavailable: (.+)$", re.M)
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    """The files of an input folder built by a benchmark's test (its manifest left out)."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "milabench-input.json"
+    }
+
+
+def tiny_inputs(work: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, bytes]]:
+    """Every input of `ENTRIES` as {repository path: bytes}, built by the benchmarks' own
+    test builders in the real formats."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchshared import catalogue
+
+    from .test_llama_real_inputs import make_inputs
+    from .test_llava_real_inputs import build_dataset_input as llava_dataset
+    from .test_llava_real_inputs import build_model_input as llava_model
+    from .test_llm_real_inputs import alpaca_records, build_tokenizer
+    from .test_rlhf import load_main
+    from .test_rlhf_real_inputs import build_dataset_input as rlhf_dataset
+    from .test_rlhf_real_inputs import build_model_input as rlhf_model
+    from .test_rlhf_real_inputs import build_tokenizer_input as rlhf_tokenizer
+
+    out: dict[str, dict[str, bytes]] = {}
+    (work / "llm").mkdir(parents=True)
+    build_tokenizer(work / "llm" / "tokenizer.json")
+    out["alpaca-cleaned"] = {
+        "alpaca_data_cleaned.json": json.dumps(alpaca_records(), indent=2).encode()
+    }
+    out["llama3.1-8b-tokenizer"] = out["llama3.1-70b-tokenizer"] = {
+        "tokenizer.json": (work / "llm" / "tokenizer.json").read_bytes(),
+        "original/tokenizer.model": b"not read by the benchmark\n",
+    }
+    # tatsu-lab/alpaca's form: one parquet shard, a ``text`` column besides the fields
+    table = pa.Table.from_pylist([{**r, "text": "unused"} for r in alpaca_records(30, seed=1)])
+    pq.write_table(table, work / "alpaca.parquet")
+    shard = catalogue.CATALOGUE["alpaca"].files[0]
+    out["alpaca"] = {shard: (work / "alpaca.parquet").read_bytes()}
+    for name, folder in make_inputs(work / "llama").items():
+        out[name] = folder_files(folder)
+    llava = load_main(BENCHMARKS / "llava", "llava_main_e2e", monkeypatch)
+    llava_model(work / "llava" / "llava-1.5-7b", llava)
+    llava_dataset(work / "llava" / "the-cauldron-aokvqa")
+    rlhf = load_main(BENCHMARKS / "rlhf", "rlhf_main_e2e", monkeypatch)
+    rlhf_tokenizer(work / "rlhf" / "pythia-1b-deduped")
+    rlhf_model(work / "rlhf" / "pythia-160m", rlhf)
+    rlhf_dataset(work / "rlhf" / "descriptiveness-sentiment")
+    for sub in ("llava", "rlhf"):
+        for folder in sorted((work / sub).iterdir()):
+            out[folder.name] = folder_files(folder)
+    assert set(out) == {n for names in ENTRIES.values() for n in names}
+    return out
+
+
+def publish(hub: HubServer, files: dict[str, dict[str, bytes]]) -> dict[str, Any]:
+    """Each input as a repository of the hub under the catalogue's id, at a commit of the
+    mirror's own; returns the override catalogue that describes them."""
+    from benchshared import catalogue
+
+    records: dict[str, Any] = {}
+    for name, content in files.items():
+        spec = catalogue.CATALOGUE[name]
+        commit = secrets.token_hex(20)
+        hub.add_repo(spec.repo_id, content, repo_type=spec.repo_type, commit=commit,
+                     gated=spec.gated, granted={TOKEN})  # fmt: skip
+        records[name] = {
+            "revision": commit,
+            "revision_source": "the test's loopback mirror",
+            "files": sorted(content),
+            "sha256": {rel: hashlib.sha256(data).hexdigest() for rel, data in content.items()},
+        }
+    return {"inputs": records}
+
+
+def suite(path: Path, star: dict[str, Any]) -> Path:
+    """A suite file: the smoke suite, ``star`` merged into its ``"*"``, `ARGV` added."""
+    lines = [f"include: {json.dumps(str(SMOKE))}", '"*":']
+    lines += [f"  {key}: {json.dumps(value)}" for key, value in star.items()]
+    for entry, argv in ARGV.items():
+        lines += [f"{entry}:", "  argv:"] + [f"    {k}: {v}" for k, v in argv.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def milabench(*args: str, config: Path, base: Path, env: dict[str, str] | None = None,
+              timeout: float = 600) -> Any:  # fmt: skip
+    """``milabench ARGS`` on `config` and `base` in the current environment, the entries
+    of `ENTRIES` selected."""
+    return clirun.milabench(
+        *args, "--config", str(config), "--base", str(base), "--use-current-env",
+        "--select", ",".join(ENTRIES), env=env, timeout=timeout,
+    )  # fmt: skip
+
+
+def inputs_records(folder: Path, entry: str) -> list[dict[str, Any]]:
+    """The ``inputs`` records of `entry`'s run files in the run folder `folder`."""
+    files = sorted(folder.glob(f"{entry}.data")) + sorted(folder.glob(f"{entry}.*.data"))
+    assert files, f"no run file of {entry} in {folder}"
+    events = [json.loads(line) for f in files for line in f.read_text().splitlines() if line]
+    return [
+        e["data"]["inputs"]
+        for e in events
+        if e["event"] == "data" and e["data"].get("task") == "inputs"
+    ]
+
+
+def upstream_report(config: Path, base: Path, run: str) -> dict[str, Any]:
+    done = milabench("report", "--runs", str(base / "runs" / run), "--format", "json",
+                     config=config, base=base, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)["upstream"]
+
+
+def run_and_check(config: Path, base: Path, env: dict[str, str] | None = None) -> Path:
+    """``milabench run`` (run name ``e2e``): every selected entry passes; its folder."""
+    done = milabench("run", "--run-name", "e2e", config=config, base=base, env=env, timeout=900)
+    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
+    report = json.loads((base / "runs" / "e2e" / "report.json").read_text())
+    rows = {row["name"]: row for row in report["benchmarks"]}
+    for entry in ENTRIES:
+        assert rows[entry]["fail"] == 0 and rows[entry]["n"] >= 1, rows.get(entry)
+    return base / "runs" / "e2e"
+
+
+def test_prepared_inputs_are_fetched_verified_used_and_counted_comparable(tmp_path, monkeypatch):
+    """Prepare fetches every input from the mirror the override catalogue describes and
+    verifies it; the runs use them and the report counts each entry comparable."""
+    start = time.monotonic()
+    files = tiny_inputs(tmp_path / "build", monkeypatch)
+    base = tmp_path / "base"
+    with HubServer(tokens={TOKEN}) as hub:
+        override = publish(hub, files)
+        catalogue_file = tmp_path / "mirror-catalogue.json"
+        catalogue_file.write_text(json.dumps(override, indent=2))
+        config = suite(
+            tmp_path / "e2e.yaml",
+            {
+                "parity": "same",
+                "env": {
+                    "HF_HUB_OFFLINE": "0",
+                    "HF_ENDPOINT": hub.endpoint,
+                    "MILABENCH_URL_MIRROR": hub.url_mirror,
+                    "MILABENCH_INPUTS_CATALOGUE": str(catalogue_file),
+                },
+            },
+        )
+        env = {"HF_TOKEN": TOKEN}  # two of the repositories are gated, as upstream's are
+        prep = milabench("prepare", "--verbose", config=config, base=base, env=env)
+        assert prep.returncode == 0, (prep.stdout[-4000:], prep.stderr[-4000:])
+        assert not UNAVAILABLE.findall(prep.stdout + prep.stderr), prep.stderr[-4000:]
+        # every file asked of the hub at the mirror's commit; LFS files got from its CDN host
+        asked = [(r.method, unquote(r.path)) for r in hub.requests]
+        for name, content in files.items():
+            revision = override["inputs"][name]["revision"]
+            for rel, data in content.items():
+                assert any(p.endswith(f"/resolve/{revision}/{rel}") for _, p in asked), (name, rel)
+                if rel.endswith(LFS_SUFFIXES):
+                    assert ("GET", f"/lfs/{hashlib.sha256(data).hexdigest()}") in asked, rel
+        denied = [r for r in hub.requests if "authorization" not in r.headers
+                  and "Llama" in r.path and "/lfs/" not in r.path]  # fmt: skip
+        assert not denied, [r.path for r in denied]  # the gated ones asked with the token
+    for name, content in files.items():  # verified and kept, manifest last
+        folder = base / "data" / "inputs" / name
+        manifest = json.loads((folder / "milabench-input.json").read_text())
+        assert manifest["revision"] == override["inputs"][name]["revision"], name
+        assert manifest["files"] == {
+            rel: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            for rel, data in content.items()
+        }, name
+        for rel, data in content.items():
+            assert (folder / rel).read_bytes() == data, (name, rel)
+
+    run = run_and_check(config, base)
+    for entry, names in ENTRIES.items():
+        (record,) = inputs_records(run, entry)
+        assert record["entry"] == entry and record["comparable"] is True, record
+        assert record["missing"] == [] and "stand_in" not in record, record
+        assert record["real"] == {n: override["inputs"][n]["revision"] for n in names}
+    upstream = upstream_report(config, base, "e2e")
+    assert set(ENTRIES) <= set(upstream["comparable"]), upstream
+    assert not {o["name"] for o in upstream["not_comparable"]} & set(ENTRIES), upstream
+    print(f"e2e with the mirror: {time.monotonic() - start:.0f} s")
+
+
+def test_offline_and_unprepared_each_input_is_one_line_and_not_comparable(tmp_path):
+    """The smoke suite's ``HF_HUB_OFFLINE=1`` and nothing prepared: prepare names each
+    missing input in one line, the runs pass on the stand-ins and the report gives each
+    entry as not comparable: the stand-in that ran and the inputs not prepared."""
+    start = time.monotonic()
+    base = tmp_path / "base"
+    config = suite(tmp_path / "offline.yaml", {"parity": "same"})
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": ""}  # nothing to reach
+    prep = milabench("prepare", "--verbose", config=config, base=base, env=env)
+    assert prep.returncode == 0, (prep.stdout[-4000:], prep.stderr[-4000:])
+    said = UNAVAILABLE.findall(prep.stdout + "\n" + prep.stderr)
+    expected = sorted((name, entry) for entry, names in ENTRIES.items() for name in names)
+    assert sorted((name, entry) for name, entry, _ in said) == expected, said
+    assert all(cause.startswith("offline (HF_HUB_OFFLINE=1)") for _, _, cause in said), said
+    # the same lines, and no other, in the prepare steps' stderr files of the run folder
+    (logs,) = (base / "runs").glob("prepare.*")
+    for entry, names in ENTRIES.items():
+        lines = (logs / f"{entry}.stderr").read_text().splitlines()
+        assert [UNAVAILABLE.fullmatch(line)[1] for line in lines] == list(names), lines
+    assert not (base / "data" / "inputs").exists() or not any(
+        (base / "data" / "inputs").rglob("milabench-input.json")
+    )
+
+    run = run_and_check(config, base, env=env)
+    for entry, names in ENTRIES.items():
+        (record,) = inputs_records(run, entry)
+        assert record["comparable"] is False and sorted(record["missing"]) == sorted(names)
+        assert STAND_IN[entry] in record["stand_in"], record
+    upstream = upstream_report(config, base, "e2e")
+    reasons = {o["name"]: o["reason"] for o in upstream["not_comparable"]}
+    assert not set(ENTRIES) & set(upstream["comparable"]), upstream
+    for entry, names in ENTRIES.items():
+        reason = reasons[entry]
+        assert reason.startswith("ran ") and STAND_IN[entry] in reason, reason
+        assert reason.endswith(" not prepared)") and all(n in reason for n in names), reason
+    print(f"e2e offline: {time.monotonic() - start:.0f} s")
