@@ -22,7 +22,7 @@ DATA_FORMAT_VERSION = 2
 FORMAT_KEY = "format_version"
 
 # The `end` event's ``return_code`` when the process did not exit by itself
-# (docs/run-data.md section 2): the words of the run-data format, defined once; `report.outcome` maps
+# (docs/run-data.md section 2): the words of the run-data format, defined once; `rundata.outcome` maps
 # them (with the other facts of a run file) to a status, a verdict and an exit code.
 RC_TIMEOUT = "TIMEOUT"  # stopped after its time limit
 RC_INTERRUPTED = "INTERRUPTED"  # stopped by Ctrl-C / SIGTERM of the run

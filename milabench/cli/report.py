@@ -10,7 +10,7 @@ one-line error (exit 2).
 
 With `--config` (or MILABENCH_SUITE), the suite's entries give the weights (benchmarks that did not run count
 in the score with their reason). The exit code is 0 exactly when the printed verdict is
-PASS (`milabench.report.outcome.run_verdict`: something was measured, the failure rate is
+PASS (`milabench.rundata.outcome.run_verdict`: something was measured, the failure rate is
 at most 1%, every enabled validation layer passed); a FAIL prints each reason.
 """
 

@@ -12,6 +12,7 @@ import os
 import random
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from milabench.cli.common import (
@@ -127,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from milabench.cli.common import check_requirements, load_suite_from_args
     from milabench.envs.ready import ensure_ready
     from milabench.execute.session import run_session
+    from milabench.report.run_end import print_run_report
 
     suite = load_suite_from_args(args)
     check_requirements(suite, args)  # before the run folder, the doctor, anything
@@ -145,9 +147,9 @@ def run(args: argparse.Namespace) -> int:
         repeat=args.repeat,
         resume=resuming,
         dash=_dash_mode(args),
-        validations=validations,
         launcher=remote_launcher(suite.system, suite, run_dir.name),
         check_environment=ensure_ready,
+        report=partial(print_run_report, entries=suite.entries, validations=validations),
     )
 
 

@@ -22,8 +22,8 @@ from typing import Any
 from milabench.compare.significance import bootstrap_ratio_ci, mann_whitney_u
 from milabench.config.entry import Entry, as_entry
 from milabench.errors import ConfigError
-from milabench.report.numbers import fmt_sig
 from milabench.report.stats import median
+from milabench.rundata.numbers import fmt_sig
 
 DEFAULT_RELATIVE = 0.05
 DEFAULT_ALPHA = 0.05

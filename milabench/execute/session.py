@@ -1,9 +1,11 @@
-"""One `milabench run` invocation: sinks, signals, the suite, then the report.
+"""One `milabench run` invocation: sinks, signals, the suite, then the caller's report.
 
-Kept out of the command module so that it can be driven from tests and scripts. Ctrl-C
-(SIGINT) and SIGTERM set a stop event: running benchmarks are stopped (same path as a
-timeout, with a short grace) and recorded as INTERRUPTED, the partial report is printed
-and the exit code is 130 (143 for SIGTERM).
+Kept out of the command module so that it can be driven from tests and scripts. The
+executor knows nothing of reports: the caller passes what judges the run folder at the
+end (`report=`; `milabench run` passes `milabench.report.run_end.print_run_report`).
+Ctrl-C (SIGINT) and SIGTERM set a stop event: running benchmarks are stopped (same path
+as a timeout, with a short grace) and recorded as INTERRUPTED, the partial report is
+printed and the exit code is 130 (143 for SIGTERM).
 
 A signal must end the run even if something in it is stuck (see `_Interrupts`): the
 run is cancelled if it has not ended `CANCEL_AFTER` seconds after the first signal (or
@@ -19,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -28,6 +31,10 @@ from milabench.sinks import make_console_sink
 from milabench.sinks.runfiles import RunFileSink
 
 EXIT_INTERRUPTED = 130
+
+# Called once the run is over and the sinks are closed, with the run folder and the
+# output stream: prints the run's report and returns the exit code of its verdict.
+ReportCallback = Callable[[Path, IO[str]], int]
 
 
 def _option(system: dict, name: str, default: float) -> float:
@@ -192,38 +199,6 @@ async def _run(
                 pass
 
 
-REPORT_FILES = {"report.json": "json", "report.md": "markdown"}
-
-
-def write_report_files(report, run_dir: Path, render) -> None:
-    """`report.json` and `report.md` in the run folder (what `milabench report --format
-    json/markdown` prints for it). Not writing them is a one-line warning, nothing more:
-    the run's outcome and exit code stay what the report says."""
-    for name, fmt in REPORT_FILES.items():
-        try:
-            (Path(run_dir) / name).write_text(render(report, fmt), encoding="utf-8")
-        except Exception as err:  # a convenience copy never fails the run
-            why = err.strerror if isinstance(err, OSError) and err.strerror else err
-            print(f"milabench: warning: could not write {Path(run_dir) / name}: {why}",
-                  file=sys.stderr)  # fmt: skip
-
-
-def print_report(
-    suite, run_dir: Path, results: list[BenchmarkResult], validations: list[str], out: IO[str]
-) -> int:
-    """The report of the run folder; its exit code is the verdict it prints.
-
-    The report is built even when no `.data` file was written (an empty or fully
-    excluded selection): it then says that nothing was measured, and why, and fails.
-    """
-    from milabench.report import build_report, render
-
-    report = build_report([run_dir], entries=suite.entries, validations=validations or None)
-    out.write(render(report, "text").rstrip("\n") + "\n")
-    write_report_files(report, run_dir, render)
-    return report.exit_code
-
-
 def run_session(
     suite,
     run_dir: Path,
@@ -231,16 +206,17 @@ def run_session(
     repeat: int = 1,
     resume: bool = False,
     dash: str = "no",
-    validations: list[str] | None = None,
     out: IO[str] | None = None,
     launcher: Launcher | None = None,
     check_environment: EnvironmentCheck | None = None,
+    report: ReportCallback | None = None,
 ) -> int:
-    """Run `suite` into `run_dir` and print its report; returns the report's exit code.
+    """Run `suite` into `run_dir`, then ``report(run_dir, out)``; returns its exit code
+    (0 without a ``report``), or the interruption's.
 
-    `launcher` reaches other nodes and `check_environment` vets each benchmark's
-    environment: both are chosen by the caller (`milabench.cli.run`), which knows the
-    back-ends; this layer only runs what it is given.
+    `launcher` reaches other nodes, `check_environment` vets each benchmark's environment
+    and `report` judges the run folder: all are chosen by the caller (`milabench.cli.run`),
+    which knows the back-ends and the report; this layer only runs what it is given.
     """
     out = out or sys.stdout
     run_dir = Path(run_dir)
@@ -252,7 +228,7 @@ def run_session(
     interrupts.install()
     try:
         try:
-            results = asyncio.run(
+            asyncio.run(
                 _run(
                     suite,
                     run_dir,
@@ -268,7 +244,7 @@ def run_session(
             for sink in sinks:
                 sink.close()
         out.write(f"\nRun folder: {run_dir}\n")
-        code = print_report(suite, run_dir, results, validations or [], out)
+        code = report(run_dir, out) if report is not None else 0
         out.flush()
     finally:
         interrupts.uninstall()

@@ -92,13 +92,12 @@ def build_specs(entry: Entry, system: dict, repeat_index: int | None = None) -> 
 def succeeded_in(run_dir: Path) -> set[str]:
     """Tag stems (``name`` or ``name.R2``) whose every file is a success.
 
-    Success is the report's rule (`report.aggregate.file_status`), never re-derived here:
+    Success is the report's rule (`rundata.outcome.file_status`), never re-derived here:
     a file that `milabench report` calls failed (a NaN loss, an error event, too few
     observations) is run again by ``--resume``.
     """
-    from milabench.report.aggregate import file_status
-    from milabench.report.outcome import SUCCESS
-    from milabench.report.runs import read_run_dir
+    from milabench.rundata.outcome import SUCCESS, file_status
+    from milabench.rundata.reader import read_run_dir
 
     files = read_run_dir(run_dir)
     with_rates = {fr.group_key for fr in files if fr.rates}

@@ -40,7 +40,7 @@ from milabench.htmlkit.charts import bar_chart
 from milabench.htmlkit.markup import Markup, bullets, el
 from milabench.htmlkit.page import page
 from milabench.htmlkit.table import Cell, status_class, table, verdict_class
-from milabench.report.numbers import MISSING, fmt_seconds, fmt_sig
+from milabench.rundata.numbers import MISSING, fmt_seconds, fmt_sig
 
 PHASES = ("install", "prepare", "run")
 

@@ -76,8 +76,8 @@ from milabench.fleet.model import (
     short_value,
 )
 from milabench.report.build import Report, build_report
-from milabench.report.numbers import fmt_sig
 from milabench.report.render_tables import breakdown_rows
+from milabench.rundata.numbers import fmt_sig
 
 
 def _read_text(path: Path, shown: str) -> str:

@@ -160,7 +160,7 @@ def trend(s: Series, last: int) -> float | None:
 def fmt_num(x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return "-"
-    from milabench.report.numbers import fmt_sig
+    from milabench.rundata.numbers import fmt_sig
 
     return fmt_sig(x)
 

@@ -5,7 +5,7 @@ Contract used by `milabench run` and the commands:
 ``render(report, fmt) -> str`` for fmt in text, markdown, csv, json, html.
 Pure functions of the run folders: a report can always be rebuilt later.
 ``report.verdict``/``report.exit_code``/``report.verdict_reasons`` come from one call of
-`milabench.report.outcome.run_verdict` (the one success rule), so what a report prints
+`milabench.rundata.outcome.run_verdict` (the one success rule), so what a report prints
 and what the command exits with always agree.
 """
 

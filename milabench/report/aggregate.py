@@ -1,15 +1,15 @@
 """From `FileResult`s to per-benchmark statistics, benchmark scores and the suite score.
 
-Whether a file succeeded is `milabench.report.outcome`'s one rule (`file_status` only
-gathers its facts). The rate samples of a benchmark's successful files are pooled and
-trimmed (`stats.trim`), then summarised; the benchmark score is its rate (per_gpu: the
-sum over devices) times ``1 - fail / n``. Every benchmark says how good its number is
-(observations, times, the 95% interval of its rate, the precision target, the
-instrumentation's cost above `OVERHEAD_WARN`), with a warning for each shortfall. The
-suite score is the weighted geometric mean of ``score + 1``; an enabled, weighted
-benchmark without a result counts as 0 and carries the reason, and a suite in which no
-weighted benchmark measured has no score (None, and the reason). The rules and
-formulas: docs/reports.md section 1.
+Whether a file succeeded is `milabench.rundata.outcome`'s one rule (`file_status` and
+`failure_detail`, also importable from here). The rate samples of a benchmark's
+successful files are pooled and trimmed (`stats.trim`), then summarised; the benchmark
+score is its rate (per_gpu: the sum over devices) times ``1 - fail / n``. Every
+benchmark says how good its number is (observations, times, the 95% interval of its
+rate, the precision target, the instrumentation's cost above `OVERHEAD_WARN`), with a
+warning for each shortfall. The suite score is the weighted geometric mean of
+``score + 1``; an enabled, weighted benchmark without a result counts as 0 and carries
+the reason, and a suite in which no weighted benchmark measured has no score (None, and
+the reason). The rules and formulas: docs/reports.md section 1.
 """
 
 from __future__ import annotations
@@ -22,17 +22,18 @@ from typing import Any
 
 from benchkit.window import Interval, rate_interval, t975
 from milabench.config.entry import Entry, as_entry
-from milabench.report import outcome, stats
+from milabench.report import stats
 from milabench.report.efficiency import PeakTable, counter_energy, efficiency
 from milabench.report.interference import apply_interference
-from milabench.report.numbers import MISSING, fmt_duration, fmt_seconds, fmt_sig
-from milabench.report.runs import FileResult
+from milabench.rundata import outcome
+from milabench.rundata.numbers import MISSING, fmt_duration, fmt_seconds, fmt_sig
+from milabench.rundata.outcome import failure_detail, file_status, measure_setting
+from milabench.rundata.reader import FileResult
 
 SUCCESS = outcome.SUCCESS
 
 DEFAULT_PRECISION = 0.02
 DEFAULT_MIN_OBSERVATIONS = 10
-DEFAULT_REQUIRED_OBSERVATIONS = 1
 # Instrumentation that costs more than 1% of a step is a warning: the benchmarks' own
 # noise floor is about that (precision target +/-2%, run-to-run drift 1-4%), and an
 # instrument that costs more than it moves the figure it reports (docs/reports.md).
@@ -41,52 +42,7 @@ OVERHEAD_WARN = 0.01
 
 def _setting(fr: FileResult, key: str, default: float) -> float:
     """A number of the file's `measure` block ("2%" accepted), else the default."""
-    value = fr.measure.get(key)
-    if isinstance(value, str) and value.strip().endswith("%"):
-        try:
-            return float(value.strip()[:-1]) / 100.0
-        except ValueError:
-            return default
-    try:
-        out = float(value) if value is not None and not isinstance(value, bool) else default
-    except (TypeError, ValueError):
-        return default
-    return out if math.isfinite(out) else default
-
-
-def required_observations(fr: FileResult) -> int:
-    """Fewest rates that count as "measured" (`measure.required_observations`, default 1)."""
-    return max(1, int(_setting(fr, "required_observations", DEFAULT_REQUIRED_OBSERVATIONS)))
-
-
-def file_facts(fr: FileResult, group_has_rates: bool = False) -> outcome.Facts:
-    """What the success rule needs to know about one file.
-
-    ``group_has_rates``: another file of the same multi-node launch (same tag without the
-    node part) reported the rates; only ranks with a node part can rely on it.
-    """
-    return outcome.Facts(
-        skipped=fr.skipped,
-        early_stop=fr.early_stop,
-        has_end=fr.has_end,
-        return_code=fr.return_code,
-        observations=len(fr.rates),
-        nan_loss=fr.nan_loss,
-        errors=len(fr.errors),
-        # install/prepare logs measure nothing: for them a clean exit is the success.
-        rates_elsewhere=(fr.node is not None and group_has_rates) or fr.phase != "run",
-        required=required_observations(fr),
-    )
-
-
-def file_status(fr: FileResult, group_has_rates: bool = False) -> str:
-    """success | skipped | failed | timed out | interrupted | incomplete (`outcome.status`)."""
-    return outcome.status(file_facts(fr, group_has_rates))
-
-
-def failure_detail(fr: FileResult, status: str | None = None, group_has_rates: bool = False) -> str:
-    """Why a file is not a success, in a few words (`outcome.detail`)."""
-    return outcome.detail(file_facts(fr, group_has_rates), status)
+    return measure_setting(fr.measure, key, default)
 
 
 @dataclass

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from milabench.doctor.findings import Finding
 from milabench.doctor.record import read_doctor_file
-from milabench.report import outcome
 from milabench.report.aggregate import (
     BenchResult,
     SuiteScore,
@@ -25,8 +24,9 @@ from milabench.report.aggregate import (
     suite_score,
 )
 from milabench.report.efficiency import PeakTable, load_peaks
-from milabench.report.runs import FileResult, read_run_dir
 from milabench.report.validation import ErrorGroup, LayerResult, run_layers, select_layers
+from milabench.rundata import outcome
+from milabench.rundata.reader import FileResult, read_run_dir
 
 
 @dataclass

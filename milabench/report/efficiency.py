@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from milabench.errors import ConfigError
-from milabench.report.runs import FileResult
+from milabench.rundata.reader import FileResult
 
 PEAKS_ENV = "MILABENCH_PEAKS"
 DEFAULT_PEAKS = Path(__file__).resolve().parents[2] / "config" / "peaks.yaml"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milabench.machine.procfs import command_label
-from milabench.report.runs import FileResult
+from milabench.rundata.reader import FileResult
 
 OTHERS_WARN = 0.10  # other processes busy on a tenth of the CPUs
 STEAL_WARN = 0.02  # 2% of the CPU time stolen by the hypervisor

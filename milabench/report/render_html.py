@@ -14,7 +14,6 @@ from milabench.htmlkit.page import page
 from milabench.htmlkit.table import Cell, table, verdict_class
 from milabench.report.aggregate import BenchResult, fmt_overhead
 from milabench.report.build import Report
-from milabench.report.numbers import fmt_pct, fmt_sig
 from milabench.report.render_tables import (
     breakdown_rows,
     comparison_headline,
@@ -28,7 +27,8 @@ from milabench.report.render_tables import (
     verdict_line,
     warning_lines,
 )
-from milabench.report.runs import FileResult
+from milabench.rundata.numbers import fmt_pct, fmt_sig
+from milabench.rundata.reader import FileResult
 
 SYSTEM_KEYS = ("cpu", "n_cpu", "product", "n_gpu", "memory", "hostname", "build")
 Series = dict[str, list[tuple[float, float]]]

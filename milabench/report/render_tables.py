@@ -19,8 +19,8 @@ from typing import Any
 
 from milabench.report.aggregate import fmt_overhead
 from milabench.report.build import Report
-from milabench.report.numbers import MISSING, fmt_bytes, fmt_pct, fmt_seconds, fmt_sig
 from milabench.report.upstream import UPSTREAM_WEIGHTED, comparability, stand_in_reason
+from milabench.rundata.numbers import MISSING, fmt_bytes, fmt_pct, fmt_seconds, fmt_sig
 
 COLUMNS = [
     "bench", "fail", "n", "ngpu", "perf", "95% CI", "obs", "warm-up", "measured", "target",

@@ -29,9 +29,9 @@ from milabench.report.aggregate import (
     failure_detail,
     unmeasured_warnings,
 )
-from milabench.report.numbers import fmt_pct, fmt_sig
-from milabench.report.outcome import FAILED, SKIPPED
 from milabench.report.tracebacks import Failure, explain, read_lines
+from milabench.rundata.numbers import fmt_pct, fmt_sig
+from milabench.rundata.outcome import FAILED, SKIPPED
 
 DEFAULT_LAYERS = ("error", "ensure_rate", "version", "golden")
 ALL_LAYERS = ("error", "ensure_rate", "version", "loss", "usage", "planning", "golden")
@@ -87,7 +87,7 @@ def _active(br: BenchResult):
 
 
 def layer_error(benches: list[BenchResult]) -> LayerResult:
-    """Every process that did not succeed, by the one rule (`milabench.report.outcome`).
+    """Every process that did not succeed, by the one rule (`milabench.rundata.outcome`).
 
     The status was decided once by `aggregate` (the same one the failure rate counts);
     this layer only groups the failures by cause and finds each cause's line.

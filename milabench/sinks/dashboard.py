@@ -5,9 +5,10 @@ running process, ``short``: per benchmark; status, progress bar with ETA, latest
 and loss, accelerator load/memory/temperature, under a global line; finished rows
 printed once above the live block) or a `PlainDashboard` (not a terminal, or ``--dash
 no``: one line per start, end, error, message, end of warm-up and window, and a
-throttled rate line per process). Both say what the report will say: a finished
-process's status is `milabench.report.outcome.status` of the facts seen in its events,
-never the return code alone, and numbers go through `milabench.report.numbers`.
+throttled rate line per process). Both say what the report will say: events are decoded
+by the report's own decoder (`milabench.rundata.records`), a finished process's status
+is `milabench.rundata.outcome.status` of the facts seen in them, never the return code
+alone, and numbers go through `milabench.rundata.numbers`.
 ``on_event`` only updates a few fields (O(1), no I/O: it sees every event of the run);
 a background thread redraws the live block at most ``fps`` times per second. What a row
 shows: docs/architecture.md "Events and sinks"; sample screens: docs/dashboard.txt.
@@ -22,11 +23,11 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from milabench.events import RC_SKIPPED, as_float
-from milabench.report import outcome
-from milabench.report.numbers import fmt_bytes, fmt_sig
-from milabench.report.outcome import ERROR_EVENTS
-from milabench.report.runs import split_tag
+from milabench.events import as_float
+from milabench.rundata import outcome
+from milabench.rundata import records as rec
+from milabench.rundata.numbers import fmt_bytes, fmt_sig
+from milabench.rundata.reader import split_tag
 
 _BAR_WIDTH = 20
 
@@ -88,21 +89,11 @@ class Row:
         return max(0.0, pace * (n - k))
 
 
-def _benchmark_name(tag: str, event: dict) -> str:
-    data = event.get("data")
-    if event.get("event") == "config" and isinstance(data, dict) and data.get("name"):
-        return str(data["name"])
+def _benchmark_name(tag: str, items: tuple[rec.Item, ...]) -> str:
+    for item in items:
+        if isinstance(item, rec.Config) and item.data.get("name"):
+            return str(item.data["name"])
     return tag.split(".", 1)[0]
-
-
-def _required(config: dict) -> int:
-    """``measure.required_observations`` of the entry, as the report reads it (default 1)."""
-    measure = config.get("measure")
-    value = measure.get("required_observations") if isinstance(measure, dict) else None
-    try:
-        return max(1, int(value)) if value is not None and not isinstance(value, bool) else 1
-    except (TypeError, ValueError):
-        return 1
 
 
 def _group_key(tag: str, name: str) -> tuple[str, bool]:
@@ -136,7 +127,7 @@ def _gpu_summary(gpudata: dict) -> dict[str, Any]:
 
 
 class _State:
-    """Event -> row updates shared by both renderings (cheap, no I/O)."""
+    """Decoded events -> row updates shared by both renderings (cheap, no I/O)."""
 
     def __init__(self) -> None:
         self.rows: dict[str, Row] = {}
@@ -145,100 +136,99 @@ class _State:
         self.names_done: dict[str, None] = {}
         self.t0 = time.monotonic()
         self.version = 0
+        self.decoder = rec.Decoder()  # its `unknown` counts what the view ignored
 
-    def row(self, tag: str, event: dict) -> Row:
+    def row(self, tag: str, items: tuple[rec.Item, ...] = ()) -> Row:
         row = self.rows.get(tag)
         if row is None:
-            row = self.rows[tag] = Row(tag=tag, name=_benchmark_name(tag, event))
+            row = self.rows[tag] = Row(tag=tag, name=_benchmark_name(tag, items))
             self.names_seen.setdefault(row.name, None)
         return row
 
     def update(self, tag: str, event: dict) -> Row | None:
-        name = event.get("event")
-        if name == "line":
-            return None  # the most frequent event: nothing to show
-        data = event.get("data")
-        row = self.row(tag, event)
-        if name == "data" and isinstance(data, dict):
-            if "rate" in data:  # the hot path: a few attribute updates
-                rate = as_float(data["rate"])
-                if rate is not None:
-                    row.rate = rate
-                    row.units = str(data.get("units", ""))
-                    if data.get("task") == "train":
-                        row.observations += 1
-                if "loss" not in data:
-                    return row
-            if "loss" in data:
-                loss = as_float(data["loss"])
-                if loss is not None:
-                    row.loss = loss
-                    if not math.isfinite(loss):
-                        row.nan_loss = True
-            elif "progress" in data:
-                prog = data["progress"]
-                if isinstance(prog, list | tuple) and len(prog) == 2:
-                    now = time.monotonic()
-                    try:
-                        k, n = int(prog[0]), int(prog[1])
-                    except (TypeError, ValueError):
-                        return row
-                    row.progress = (k, n)
-                    row.progress_t = now
-                    if row.progress_t0 is None:
-                        row.progress_t0 = (now, k)
-                    if data.get("task") == "early_stop" and n and k >= n:
-                        row.early_stop = True  # as the report reads it
-            elif "gpudata" in data and isinstance(data["gpudata"], dict):
-                row.gpu = _gpu_summary(data["gpudata"])
-            elif isinstance(data.get("process_tree"), dict):
-                peak = as_float(data["process_tree"].get("peak_rss"))
-                if peak is not None:
-                    row.peak_rss = max(peak, row.peak_rss or 0.0)
-            elif isinstance(data.get("warmup"), dict):
-                row.warmup = data["warmup"]
-            elif isinstance(data.get("window"), dict):
-                row.window = data["window"]
-                row.warmup = row.warmup or {}
-            else:
-                return row
-        elif name == "config":
-            row.name = _benchmark_name(tag, event)
-            self.names_seen.setdefault(row.name, None)
-            if isinstance(data, dict):
-                row.required = _required(data)
-        elif name == "start":
-            row.status = "running"
-            row.started = time.monotonic()
-        elif name == "phase" and isinstance(data, dict):
-            row.note = str(data.get("name", ""))
-        elif name == "stop":
-            row.status = "stopping"
-            row.early_stop = True
-        elif name in ERROR_EVENTS:
-            row.errors += 1
-            if isinstance(data, dict):
-                row.note = f"{data.get('type', 'error')}: {data.get('message', '')}"
-        elif name == "message" and isinstance(data, dict):
-            row.note = str(data.get("message", ""))
-            if data.get("skipped"):
-                row.skipped = True
-        elif name == "end":
-            self._finish(tag, row, data if isinstance(data, dict) else {})
-        else:
-            return row
-        self.version += 1
-        return row
+        return self.apply(tag, event)[0]
 
-    def _finish(self, tag: str, row: Row, data: dict) -> None:
+    def apply(self, tag: str, event: dict) -> tuple[Row | None, tuple[rec.Item, ...]]:
+        """The row of ``tag`` after ``event``, and the event's decoded values."""
+        if event.get("event") == "line":
+            return None, ()  # the most frequent event: nothing to show
+        items = self.decoder.event(event)
+        row = self.row(tag, items)
+        for item in items:
+            if self._apply(tag, row, item):
+                self.version += 1
+        return row, items
+
+    def _apply(self, tag: str, row: Row, item: rec.Item) -> bool:
+        """Fold one decoded value into the row; whether the view changed beyond a rate."""
+        match item:
+            case rec.Rate(task=task, value=value, units=units):  # the hot path
+                row.rate = value
+                row.units = "" if units is None else units
+                if task == "train":
+                    row.observations += 1
+                return False
+            case rec.Loss(value=value):
+                row.loss = value
+                if not math.isfinite(value):
+                    row.nan_loss = True
+            case rec.Progress(done=done, total=total):
+                if item.stops:
+                    row.early_stop = True  # the report's rule
+                if done is None or total is None:
+                    return False
+                if not (math.isfinite(done) and math.isfinite(total)):
+                    return False
+                now = time.monotonic()
+                k, n = int(done), int(total)
+                row.progress = (k, n)
+                row.progress_t = now
+                if row.progress_t0 is None:
+                    row.progress_t0 = (now, k)
+            case rec.Sample(kind="gpudata", data=data):
+                row.gpu = _gpu_summary(data)
+            case rec.Sample(kind="warmup", data=data):
+                row.warmup = data
+            case rec.Sample(kind="window", data=data):
+                row.window = data
+                row.warmup = row.warmup or {}
+            case rec.ProcessTree(peak_rss=peak):
+                if peak is None:
+                    return False
+                row.peak_rss = max(peak, row.peak_rss or 0.0)
+            case rec.Config(data=data):
+                row.name = _benchmark_name(tag, (item,))
+                self.names_seen.setdefault(row.name, None)
+                row.required = outcome.required_of(data.get("measure"))
+            case rec.Start():
+                row.status = "running"
+                row.started = time.monotonic()
+            case rec.Phase(name=name):
+                row.note = name
+            case rec.Stop():
+                row.status = "stopping"
+                row.early_stop = True
+            case rec.Error(data=data):
+                row.errors += 1
+                row.note = f"{data.get('type', 'error')}: {data.get('message', '')}"
+            case rec.Message(is_object=True):
+                row.note = item.text or ""
+                if item.skipped:
+                    row.skipped = True
+            case rec.End():
+                self._finish(tag, row, item)
+            case _:
+                return False
+        return True
+
+    def _finish(self, tag: str, row: Row, end: rec.End) -> None:
         """The process is over: its status from the one success rule, then it moves on."""
-        rc = data.get("return_code")
-        row.return_code = rc
+        row.return_code = end.return_code
         row.has_end = True
         row.ended = time.monotonic()
-        if data.get("early_stop") is True:
+        if end.early_stop:
             row.early_stop = True
-        if rc == RC_SKIPPED:
+        if end.skipped:
             row.skipped = True
         # A multi-node rank without rates succeeds when another rank of its launch has them.
         group, ranked = _group_key(tag, row.name)
@@ -347,47 +337,45 @@ class PlainDashboard:
         name = event.get("event")
         if name == "line":
             return
-        row = self.state.update(tag, event)
-        data = event.get("data")
-        if name == "data":
-            if not isinstance(data, dict) or row is None:
-                return
-            if "rate" in data:
+        row, items = self.state.apply(tag, event)
+        for item in items:
+            self._show(tag, row, item)
+
+    def _show(self, tag: str, row: Row | None, item: rec.Item) -> None:
+        """The line a decoded value deserves, if any."""
+        match item:
+            case rec.Rate(task=task, value=value, units=units):
                 now = time.monotonic()
                 if now - self._last_rate.get(tag, -math.inf) >= self.rate_every:
                     self._last_rate[tag] = now
-                    rate = fmt_sig(as_float(data["rate"]))
-                    units = data.get("units", "")
-                    self._print(f"[{tag}] {data.get('task', 'train')} rate {rate} {units}")
-            elif isinstance(data.get("warmup"), dict):
-                w = data["warmup"]
+                    task = "train" if task is None else task
+                    self._print(f"[{tag}] {task} rate {fmt_sig(value)} {units or ''}")
+            case rec.Sample(kind="warmup", data=w):
                 settled = "settled" if w.get("settled") else "not settled"
                 self._print(
                     f"[{tag}] warm-up over after {fmt_sig(as_float(w.get('seconds')))} s"
                     f" ({_count(w.get('observations'))} steps, {settled})"
                 )
-            elif isinstance(data.get("window"), dict):
-                w = data["window"]
+            case rec.Sample(kind="window", data=w) if row is not None:
                 self._print(
                     f"[{tag}] window: {_window_text(w, row.units)}"
                     f" over {fmt_sig(as_float(w.get('measured_s')))} s,"
                     f" {_count(w.get('observations'))} observations"
                 )
-            return
-        if name == "start":
-            command = " ".join(map(str, (data or {}).get("command") or []))
-            self._print(f"[{tag}] start {command}")
-        elif name == "end" and row is not None:
-            text = f"[{tag}] end: {_end_text(row)} (return code {row.return_code})"
-            if row.peak_rss is not None:
-                text += f", peak memory {fmt_bytes(row.peak_rss)}"
-            self._print(text)
-        elif name == "stop":
-            reason = data.get("reason") if isinstance(data, dict) else None
-            why = "measurement window over" if reason == "window" else reason
-            self._print(f"[{tag}] early stop: {why or 'observation budget reached'}")
-        elif name in ("error", "message") and isinstance(data, dict):
-            self._print(f"[{tag}] {name}: {data.get('message', '')}")
+            case rec.Start(command=command):
+                self._print(f"[{tag}] start {' '.join(map(str, command))}")
+            case rec.End() if row is not None:
+                text = f"[{tag}] end: {_end_text(row)} (return code {row.return_code})"
+                if row.peak_rss is not None:
+                    text += f", peak memory {fmt_bytes(row.peak_rss)}"
+                self._print(text)
+            case rec.Stop(reason=reason):
+                why = "measurement window over" if reason == "window" else reason
+                self._print(f"[{tag}] early stop: {why or 'observation budget reached'}")
+            case rec.Error(kind="error", data=data):
+                self._print(f"[{tag}] error: {data.get('message', '')}")
+            case rec.Message(is_object=True, text=text):
+                self._print(f"[{tag}] message: {text or ''}")
 
     def close(self) -> None:
         pass
