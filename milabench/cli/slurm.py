@@ -6,7 +6,7 @@ one, every node's user is ``$USER`` and its address its name (``--resolve`` writ
 resolved IP address instead). Without ``--output`` the YAML is printed.
 
 ``slurm sbatch`` writes the batch script of one job that runs a suite on its allocation
-(`milabench.remote.sbatch` says what the script does). The suite and the selection are
+(`milabench.slurm.batchscript` says what the script does). The suite and the selection are
 loaded here first, so that a typo fails now rather than after hours in the queue.
 Without ``--output`` the script is printed (``milabench slurm sbatch ... | sbatch``).
 """
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("usage: milabench slurm {system,sbatch} [--output FILE]")
     import yaml
 
-    from milabench.remote.slurm import system_from_nodelist
+    from milabench.slurm.nodelist import system_from_nodelist
 
     nodelist = args.nodelist or os.environ.get("SLURM_JOB_NODELIST")
     if not nodelist:
@@ -157,7 +157,7 @@ def _write_batch_script(args: argparse.Namespace) -> int:
         load_suite_from_args,
         strict_mode,
     )
-    from milabench.remote.sbatch import BatchJob, render_batch_script
+    from milabench.slurm.batchscript import BatchJob, render_batch_script
 
     if args.system:
         raise UsageError(

@@ -1,4 +1,4 @@
-"""Multi-node execution: SSH, launchers, code and folder sync, node facts, preflight, Slurm.
+"""Multi-node execution: SSH, launchers, code and folder sync, node facts, preflight.
 
 The multi-node launch commands themselves are pure data in `milabench.plan.multinode`;
 this package runs them. The names of `_EXPORTS` are imported lazily (``from
@@ -22,7 +22,6 @@ _EXPORTS = {
     "sync_to_workers": "milabench.remote.sync",
     "detect_shared_base": "milabench.remote.sync",
     "docker_wrap": "milabench.remote.docker",
-    "expand_nodelist": "milabench.remote.slurm",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -13,7 +13,7 @@ from milabench.errors import UsageError
 from milabench.plan.spec import ProcessSpec
 from milabench.remote.docker import docker_wrap
 from milabench.remote.launcher import SSHLauncher
-from milabench.remote.slurm import expand_nodelist, system_from_nodelist
+from milabench.slurm.nodelist import expand_nodelist, system_from_nodelist
 
 
 @pytest.mark.parametrize(

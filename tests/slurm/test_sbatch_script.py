@@ -12,7 +12,7 @@ import pytest
 from clirun import milabench
 
 from milabench.errors import UsageError
-from milabench.remote.sbatch import BatchJob, render_batch_script
+from milabench.slurm.batchscript import BatchJob, render_batch_script
 
 TINY = Path(__file__).resolve().parent / "suite.yaml"
 
