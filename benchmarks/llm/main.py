@@ -1,11 +1,20 @@
-"""Causal-LM training of a randomly initialised Llama-style decoder (transformers):
-pre-training steps, LoRA fine-tuning (peft) and sharded full fine-tuning (FSDP).
+"""Causal-LM training of a Llama-style decoder (transformers): pre-training steps, LoRA
+fine-tuning (peft) and sharded full fine-tuning (FSDP).
 
 The model comes from a `transformers.LlamaConfig` (RMSNorm, rotary embeddings, SwiGLU
-MLP, grouped-query attention), built with random weights: nothing is downloaded.
-``--size`` picks the shape (``tiny`` for tests and CPUs; ``1b``/``3b``-class shapes;
-``8b`` and ``70b``: Llama-3.1-8B's and -70B's published shapes). Throughput is tokens/s
-of the whole job, padding included (upstream counts batch x padded length).
+MLP, grouped-query attention). ``--size`` picks the shape (``tiny`` for tests and CPUs;
+``1b``/``3b``-class shapes; ``8b`` and ``70b``: Llama-3.1-8B's and -70B's published
+shapes). Throughput is tokens/s of the whole job, padding included (upstream counts
+batch x padded length).
+
+* ``--weights NAME`` (default with ``--dataset``: the entry's weights input of
+  `benchshared.catalogue.inputs_for`, ``llama3.1-8b`` / ``llama3.1-70b``): when
+  `benchshared.inputs.locate` finds it and its ``config.json`` has ``--size``'s shape,
+  the model takes that configuration (rotary scaling, norm epsilon, tying) and every
+  tensor of its safetensors (`load_checkpoint`), cast to ``--param-dtype``: whole on
+  one process, before the LoRA adapters are added; under FSDP each rank reads only the
+  rows of its own shards (``get_slice``). Otherwise the weights are random (nothing is
+  downloaded here: prepare.py fetches).
 
 * ``--dataset NAME --tokenizer NAME`` (the fine-tuning entries: upstream's inputs, by
   their `benchshared.catalogue` names): when both are found (`benchshared.inputs.locate`)
@@ -16,7 +25,8 @@ of the whole job, padding included (upstream counts batch x padded length).
   upstream's: cross-entropy summed over the labelled tokens, the gradients divided by
   the step's labelled tokens of all ranks before the optimiser steps. Otherwise (and
   without ``--dataset``) ``--batch-size`` x ``--seq-len`` random tokens, each its own
-  label: the stand-in. Rank 0 says which ran in an ``inputs`` record.
+  label: the stand-in. Rank 0 says which ran in an ``inputs`` record (weights,
+  tokenizer and data set: comparable only when all three were used).
 
 * ``--lora R``: peft LoRA adapters of rank R (alpha 2R, no dropout) on the q, v and
   output projections of attention and the three MLP projections (gate, up, down), not on
@@ -45,7 +55,8 @@ of the whole job, padding included (upstream counts batch x padded length).
 * Where the weights are made: a sharded model is built on the meta device (shapes, no
   storage), sharded there, and each rank then materialises only its own shards, in the
   ``--param-dtype`` asked for, on its GPU (or in host memory with ``--cpu-offload``) and
-  initialises them; nothing the size of the whole model ever exists on a rank (a 70B in
+  initialises them (or fills them from ``--weights``); nothing the size of the whole
+  model ever exists on a rank (a 70B in
   fp32 would be 280 GB per rank). Other models are built directly on the device, in
   ``--param-dtype``. Before that, `footprint` estimates the run's memory per GPU and per
   node from the model built on the meta device (`benchkit.memory`); an entry that cannot
@@ -59,6 +70,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,6 +135,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--tokenizer", default=None, help="its Llama-3.1 tokenizer input")
     parser.add_argument(
+        "--weights",
+        default=None,
+        help="upstream's Llama-3.1 weights input (default: the entry's, with --dataset)",
+    )
+    parser.add_argument(
         "--max-seq-len", type=int, default=None, help="truncate samples (upstream: none)"
     )
     parser.add_argument(
@@ -146,26 +163,134 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def make_model(size: str, seq_len: int, layers: int | None = None, min_vocab: int = 0):
+def make_model(
+    size: str,
+    seq_len: int,
+    layers: int | None = None,
+    min_vocab: int = 0,
+    checkpoint: Path | None = None,
+):
     """The Llama of ``size`` (`SIZES`), with ``layers`` decoder layers instead of its own
     when given (the memory estimate's shallow copies) and a vocabulary of at least
-    ``min_vocab`` (a tokenizer's ids on a small shape); returns (model, vocabulary)."""
+    ``min_vocab`` (a tokenizer's ids on a small shape); returns (model, vocabulary).
+    With a ``checkpoint`` folder, its ``config.json`` gives the configuration (rotary
+    scaling, norm epsilon, tied embeddings as the checkpoint has them): its shape must be
+    ``size``'s (ValueError otherwise). The weights are random either way
+    (`load_checkpoint` fills them)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     hidden, depth, heads, kv_heads, intermediate, vocab = SIZES[size]
     vocab = max(vocab, min_vocab)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=depth if layers is None else layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        intermediate_size=intermediate,
-        max_position_embeddings=max(2048, seq_len),
-        rope_theta=500000.0,
-        use_cache=False,
-    )
+    if checkpoint is not None:
+        config = LlamaConfig.from_pretrained(checkpoint)
+        theirs = (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
+                  config.num_key_value_heads, config.intermediate_size, config.vocab_size)  # fmt: skip
+        if theirs[:5] != (hidden, depth, heads, kv_heads, intermediate) or theirs[5] < vocab:
+            raise ValueError(
+                f"the checkpoint in {checkpoint} has the shape {theirs} (hidden, layers, "
+                f"heads, kv heads, intermediate, vocab), not --size {size}'s "
+                f"{(hidden, depth, heads, kv_heads, intermediate)} with a vocabulary of at "
+                f"least {vocab}"
+            )
+        vocab = config.vocab_size
+        config.use_cache = False
+        config.max_position_embeddings = max(config.max_position_embeddings, seq_len)
+        if layers is not None:
+            config.num_hidden_layers = layers
+    else:
+        config = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_hidden_layers=depth if layers is None else layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            intermediate_size=intermediate,
+            max_position_embeddings=max(2048, seq_len),
+            rope_theta=500000.0,
+            use_cache=False,
+        )
     return LlamaForCausalLM(config), vocab
+
+
+def checkpoint_files(folder: Path) -> dict[str, Path]:
+    """Each tensor of the safetensors checkpoint in ``folder`` and the file that holds
+    it: the index ``model.safetensors.index.json`` (``weight_map``) of a sharded one,
+    else the keys of ``model.safetensors``."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        return {name: folder / file for name, file in weight_map.items()}
+    from safetensors import safe_open
+
+    single = folder / "model.safetensors"
+    with safe_open(single, framework="pt") as handle:
+        return dict.fromkeys(handle.keys(), single)
+
+
+def hf_name(name: str) -> str:
+    """The checkpoint's name of a parameter of the model: transformers' own, the peft
+    wrapper's prefix and ``base_layer`` step removed."""
+    name = name.removeprefix("base_model.model.")
+    return name.replace(".base_layer.", ".")
+
+
+def local_rows(param: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...]]:
+    """The tensor this rank holds of ``param`` and where it sits in the whole: a DTensor's
+    local shard (FSDP2: rows of dim 0, torch.chunk's split) and its index; a plain
+    tensor and the whole range."""
+    if not hasattr(param, "to_local"):
+        return param, tuple(slice(0, n) for n in param.shape)
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    shape, offset = compute_local_shape_and_global_offset(
+        param.shape, param.device_mesh, param.placements
+    )
+    return param.to_local(), tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))
+
+
+@torch.no_grad()
+def load_checkpoint(model, folder: Path) -> int:
+    """Fill every parameter of ``model`` (LoRA adapters excepted: they keep their own
+    initialisation) with the safetensors checkpoint in ``folder``, as ``from_pretrained``
+    would: values cast to the parameter's dtype, copied in place on its device. A sharded
+    parameter (DTensor) reads only its local shard, ``get_slice`` of those rows. A tensor
+    the model has and the checkpoint lacks, one of another shape, or one the checkpoint
+    has and the model lacks (tied heads and rotary buffers aside): ValueError. Returns the
+    bytes read."""
+    from safetensors import safe_open
+
+    files = checkpoint_files(folder)
+    wanted: dict[str, torch.Tensor] = {}
+    for name, param in model.named_parameters():
+        if ".lora_" in name:
+            continue
+        key = hf_name(name)
+        if key not in files:
+            raise ValueError(f"{folder}: the checkpoint has no tensor {key}")
+        wanted[key] = param
+    tied = getattr(base_model(model).config, "tie_word_embeddings", False)
+    extra = [k for k in files if k not in wanted and not k.endswith("rotary_emb.inv_freq")]
+    extra = [k for k in extra if not (tied and k == "lm_head.weight")]
+    if extra:
+        raise ValueError(f"{folder}: tensors the model does not have: {', '.join(extra[:5])}")
+    read = 0
+    for path in sorted(set(files[k] for k in wanted)):
+        with safe_open(path, framework="pt", device="cpu") as handle:
+            for key in [k for k in wanted if files[k] == path]:
+                param = wanted[key]
+                part = handle.get_slice(key)
+                if tuple(part.get_shape()) != tuple(param.shape):
+                    raise ValueError(
+                        f"{folder}: {key} is {tuple(part.get_shape())} in the checkpoint, "
+                        f"{tuple(param.shape)} in the model"
+                    )
+                local, index = local_rows(param)
+                if local.numel() == 0:
+                    continue
+                values = part[index] if index else handle.get_tensor(key)
+                local.copy_(values)
+                read += values.numel() * values.element_size()
+    return read
 
 
 #: The linear layers that get LoRA adapters, in transformers' names: torchtune's q_proj,
@@ -225,9 +350,16 @@ def shard(model, args: argparse.Namespace, device: torch.device):
 def build(args: argparse.Namespace, where: torch.device, layers: int | None = None):
     """The model of ``args`` built on ``where`` (a device, or meta) in ``--param-dtype``,
     with checkpointing and LoRA adapters as asked (and ``layers`` decoder layers when
-    given); returns (model, vocabulary size)."""
+    given); returns (model, vocabulary size). With ``args.checkpoint`` (a weights input's
+    folder) its configuration, and, built on a device, its weights, loaded before the
+    adapters are added (``args.read_bytes``: the bytes read)."""
+    checkpoint = getattr(args, "checkpoint", None)
     with torch.device(where), default_dtype(PARAM_DTYPES[args.param_dtype]):
-        model, vocab = make_model(args.size, args.seq_len, layers, getattr(args, "min_vocab", 0))
+        model, vocab = make_model(
+            args.size, args.seq_len, layers, getattr(args, "min_vocab", 0), checkpoint
+        )
+        if checkpoint is not None and where.type != "meta":
+            args.read_bytes = load_checkpoint(model, checkpoint)
         if args.gradient_checkpointing:
             checkpoint_layers(model)
         if args.lora:
@@ -258,12 +390,15 @@ def decoder_layers(model) -> list:
 def initialise(model, buffer_device: torch.device) -> None:
     """Random weights for a model materialised from the meta device (``to_empty``): the
     transformers initialisation of every module (normal weights, unit norms, the rotary
-    frequencies), LoRA's own for the adapters (B = 0); sharded parameters initialise
+    frequencies), then LoRA's own for the adapters (B = 0); sharded parameters initialise
     their local shards. The buffers (rotary frequencies, not sharded) go to
     ``buffer_device``, where the compute runs."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     for module in model.modules():
         base._init_weights(module)
+    # after every module: the adapters' own linear layers come after their LoRA layer in
+    # the walk, and transformers' initialisation would leave B random, not zero
+    for module in model.modules():
         if hasattr(module, "reset_lora_parameters"):
             for name in list(getattr(module, "lora_A", {})):
                 module.reset_lora_parameters(name, True)
@@ -279,10 +414,15 @@ def initialise(model, buffer_device: torch.device) -> None:
 
 def materialise_shards(model, args: argparse.Namespace, device: torch.device):
     """Shard the meta-device ``model`` (FSDP2), then make each rank's shards, only them:
-    on its GPU, or in host memory with ``--cpu-offload``; initialised in place."""
+    on its GPU, or in host memory with ``--cpu-offload``; initialised in place, then,
+    with ``args.checkpoint``, filled from it: each rank reads its own rows of every
+    tensor (`load_checkpoint`; ``args.read_bytes``), never a whole one."""
     model = shard(model, args, device)
     model.to_empty(device=torch.device("cpu") if args.cpu_offload else device)
     initialise(model, device)
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint is not None:
+        args.read_bytes = load_checkpoint(model, checkpoint)
     return model
 
 
@@ -410,6 +550,48 @@ def upstream_batches(args: argparse.Namespace, rank: int, world: int):
     return batches, used
 
 
+def weights_input(args: argparse.Namespace) -> str | None:
+    """The weights input this run loads: ``--weights``, else (with ``--dataset``) the
+    input that `benchshared.catalogue.inputs_for` lists for the entry besides the data
+    set and the tokenizer (``llama3.1-8b`` / ``llama3.1-70b``); None: random weights."""
+    if args.weights or not args.dataset:
+        return args.weights
+    from benchshared.catalogue import inputs_for
+
+    others = [n for n in inputs_for(entry_name()) if n not in (args.dataset, args.tokenizer)]
+    return others[0] if others else None
+
+
+def usable_checkpoint(args: argparse.Namespace, weights: str, rank: int) -> Path | None:
+    """The folder of the weights input ``weights`` when it is there (`locate`) and of
+    ``--size``'s shape; None otherwise (rank 0 says why when the shape differs): the
+    model keeps random weights."""
+    from benchshared.inputs import locate
+
+    folder = locate(weights)
+    if folder is None:
+        return None
+    try:
+        with torch.device("meta"):
+            make_model(args.size, args.seq_len, 0, getattr(args, "min_vocab", 0), folder)
+    except ValueError as exc:
+        if rank == 0:
+            print(f"llm: {weights} not used (random weights): {exc}", flush=True)
+        return None
+    return folder
+
+
+def stand_in(used: dict[str, Path | None], weights: str | None, seq_len: int) -> str:
+    """What ran instead of upstream's missing inputs, in one phrase: random weights
+    and/or random token sequences."""
+    parts = []
+    if weights is not None and used.get(weights) is None:
+        parts.append("random weights")
+    if any(folder is None for name, folder in used.items() if name != weights):
+        parts.append(f"{seq_len}-token random sequences")
+    return ", ".join(parts) or "nothing"
+
+
 def flops_per_token(model, lora: bool, lengths: list[int]) -> float:
     """`step_flops` per token averaged over batches of sequences padded to ``lengths``,
     weighted by their tokens (equal batch sizes): the per-token cost plus
@@ -444,6 +626,9 @@ def main(argv: list[str] | None = None) -> None:
         lengths = real.padded_lengths(0).tolist()
         args.seq_len = int(real.data.lengths(args.max_seq_len).max())
         args.min_vocab = int(real.data.tokens.max()) + 1
+    weights = weights_input(args)
+    if weights is not None:
+        used[weights] = args.checkpoint = usable_checkpoint(args, weights, rank)
 
     if args.cpu_offload and device.type == "cpu":
         args.cpu_offload = False  # the shards are in host memory already
@@ -506,10 +691,16 @@ def main(argv: list[str] | None = None) -> None:
             f"weights, start-up peak {startup.peak} bytes",
             flush=True,
         )
-    if args.dataset:
+    if getattr(args, "checkpoint", None) is not None and (sharded or rank == 0):
+        print(
+            f"llm rank {rank}: weights of {weights} loaded from {args.checkpoint} "
+            f"({args.read_bytes} bytes read)",
+            flush=True,
+        )
+    if used:
         from benchshared.inputs import announce
 
-        announce(entry_name(), used, stand_in=f"{args.seq_len}-token random sequences")
+        announce(entry_name(), used, stand_in=stand_in(used, weights, args.seq_len))
 
     try:
         if real is None:

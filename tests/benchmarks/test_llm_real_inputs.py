@@ -1,14 +1,18 @@
 """The LLM fine-tuning entries on upstream's inputs, with tiny stand-ins in the real
 formats: a ``tokenizer.json`` built here with the `tokenizers` library (byte-level BPE on
-Llama-3's split pattern, Llama-3's special tokens) and an ``alpaca_data_cleaned.json`` of
-a few dozen records, placed as input folders with their manifests.
+Llama-3's split pattern, Llama-3's special tokens), an ``alpaca_data_cleaned.json`` of
+a few dozen records and a Llama-3.1-style checkpoint of main.py's tiny shape (bf16
+safetensors in two shards and their index, ``config.json`` with Llama-3.1's rotary
+scaling), placed as input folders with their manifests.
 
 Checked: samples as torchtune's alpaca builders and Llama-3 tokenizer make them (the
 template, the header and end tokens, special-token text encoded as text, labels shifted
 and masked), torch's distributed sampler's order, batches padded to each batch's
 longest, truncation; main.py training on them (the ``inputs`` record says comparable,
 the padded lengths are the batches'), the stand-in without them (not comparable), and
-prepare.py's pre-tokenised set (written once, then read by main.py)."""
+prepare.py's pre-tokenised set (written once, then read by main.py); the weights loaded
+exactly as ``from_pretrained`` reads them, whole on one process and each FSDP2 rank's own
+rows on two."""
 
 from __future__ import annotations
 
@@ -46,6 +50,14 @@ WORDS = ("give three tips for staying healthy eat a balanced diet and make sure 
 TINY = ["--size", "tiny", "--batch-size", "2", "--seq-len", "32", "--device", "cpu",
         "--precision", "fp32", "--lora", "4"]  # fmt: skip
 UPSTREAM = ["--dataset", "alpaca-cleaned", "--tokenizer", "llama3.1-8b-tokenizer"]
+WEIGHTS_REVISION = "d04e592b" * 5
+#: Llama-3.1's config.json values besides the shape (its rotary scaling, norm epsilon)
+LLAMA31 = {
+    "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                        "rope_theta": 500000.0},
+    "rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+}  # fmt: skip
 BATCH = re.compile(r"padded to each batch's longest: mean ([\d.]+), max (\d+)")
 
 
@@ -121,9 +133,48 @@ def write_input(data: Path, name: str, files: dict[str, bytes], revision: str) -
     return folder
 
 
+def build_checkpoint(folder: Path, size: str = "tiny", seed: int = 0) -> dict[str, bytes]:
+    """A Llama-3.1-style checkpoint of main.py's ``size`` shape with random bf16 weights,
+    as ``save_pretrained`` writes it, in two safetensors shards with their index;
+    returns {repository path: bytes}."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hidden, layers, heads, kv_heads, intermediate, vocab = load("main").SIZES[size]
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         intermediate_size=intermediate, **LLAMA31)  # fmt: skip
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    with torch.no_grad():  # norms not all ones: a load that skipped them would show
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)
+    half = sum(p.numel() * p.element_size() for p in model.parameters()) // 2
+    model.save_pretrained(folder, max_shard_size=half + half // 4)
+    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    assert sorted(n for n in files if n.endswith(".safetensors")) == [
+        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    ] and "model.safetensors.index.json" in files, sorted(files)  # fmt: skip
+    return files
+
+
+def checkpoint_tensors(folder: Path) -> dict:
+    """Every tensor of a sharded safetensors checkpoint, read whole (the reference)."""
+    from safetensors.torch import load_file
+
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    tensors = {}
+    for file in sorted(set(index["weight_map"].values())):
+        tensors.update(load_file(folder / file))
+    assert set(tensors) == set(index["weight_map"])
+    return tensors
+
+
 @pytest.fixture
 def upstream_inputs(tmp_path) -> tuple[Path, list[dict[str, str]]]:
-    """``$MILABENCH_DIR_DATA`` holding alpaca-cleaned and the 8B tokenizer (tiny)."""
+    """``$MILABENCH_DIR_DATA`` holding alpaca-cleaned, the 8B tokenizer and the 8B
+    weights (tiny)."""
     data = tmp_path / "data"
     records = alpaca_records()
     raw = json.dumps(records, indent=2).encode()
@@ -131,7 +182,9 @@ def upstream_inputs(tmp_path) -> tuple[Path, list[dict[str, str]]]:
     build_tokenizer(tmp_path / "tokenizer.json")
     tokenizer = (tmp_path / "tokenizer.json").read_bytes()
     write_input(data, "llama3.1-8b-tokenizer", {"tokenizer.json": tokenizer,
-                "original/tokenizer.model": b"not read\n"}, "d04e592b" * 5)  # fmt: skip
+                "original/tokenizer.model": b"not read\n"}, WEIGHTS_REVISION)  # fmt: skip
+    weights = build_checkpoint(tmp_path / "checkpoint")
+    write_input(data, "llama3.1-8b", weights, WEIGHTS_REVISION)
     return data, records
 
 
@@ -253,9 +306,10 @@ def inputs_record(run) -> dict:
 @pytest.mark.slow
 def test_main_trains_on_upstreams_inputs(upstream_inputs, python):
     """main.py at a tiny size on upstream's inputs (not pre-tokenised: it tokenises
-    them itself): the ``inputs`` record says comparable and names the revisions; the
-    batches are the sampler's, padded to each one's longest (the printed mean and max
-    are those of rank 0's epoch); tokens/s measured, the loss per optimiser step."""
+    them itself) and upstream's weights (the entry's, ``llama3.1-8b``): the ``inputs``
+    record says comparable and names the three revisions; the batches are the
+    sampler's, padded to each one's longest (the printed mean and max are those of rank
+    0's epoch); tokens/s measured, the loss per optimiser step."""
     alpaca = load("alpaca")
     data, _records = upstream_inputs
     run = run_smuggled(
@@ -267,9 +321,11 @@ def test_main_trains_on_upstreams_inputs(upstream_inputs, python):
     assert run.returncode == 0, run.stderr[-3000:]
     record = inputs_record(run)
     assert record["entry"] == "llm-lora-single" and record["comparable"] is True
-    assert record["real"] == {"alpaca-cleaned": "main", "llama3.1-8b-tokenizer": "d04e592b" * 5}
+    assert record["real"] == {"alpaca-cleaned": "main", "llama3.1-8b-tokenizer": WEIGHTS_REVISION,
+                              "llama3.1-8b": WEIGHTS_REVISION}  # fmt: skip
     assert record["missing"] == [] and "stand_in" not in record
     assert "not comparable" not in run.stdout
+    assert re.search(r"llm rank 0: weights of llama3.1-8b loaded from \S+ \(\d+ bytes", run.stdout)
     assert "not prepared: tokenised 40 samples now" in run.stdout
     folder = data / "inputs"
     samples = alpaca.tokenise_inputs(folder / "alpaca-cleaned", folder / "llama3.1-8b-tokenizer")
@@ -284,27 +340,31 @@ def test_main_trains_on_upstreams_inputs(upstream_inputs, python):
 
 @pytest.mark.slow
 def test_main_without_the_inputs_runs_the_stand_in(tmp_path, python):
-    """Without the input folders: the random-token stand-in, and an ``inputs`` record
-    that says not comparable, names what is missing and what ran instead."""
+    """Without the input folders: random weights on random tokens, and an ``inputs``
+    record that says not comparable, names what is missing (the entry's weights too)
+    and what ran instead."""
     run = run_smuggled(
         [python, "main.py", *TINY, *UPSTREAM],
-        bench_env(stop=2, skip=1, MILABENCH_DIR_DATA=str(tmp_path / "empty")),
+        bench_env(stop=2, skip=1, MILABENCH_DIR_DATA=str(tmp_path / "empty"),
+                  MILABENCH_CONFIG=json.dumps({"name": "llm-lora-single"})),
         LLM,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     record = inputs_record(run)
-    assert record["entry"] == "llm" and record["comparable"] is False
-    assert record["missing"] == ["alpaca-cleaned", "llama3.1-8b-tokenizer"]
-    assert record["stand_in"] == "32-token random sequences"
+    assert record["entry"] == "llm-lora-single" and record["comparable"] is False
+    assert record["missing"] == ["alpaca-cleaned", "llama3.1-8b-tokenizer", "llama3.1-8b"]
+    assert record["stand_in"] == "random weights, 32-token random sequences"
+    assert "weights of" not in run.stdout
     assert "batch 2x32" in run.stdout and "not comparable with upstream" in run.stdout
     assert len(run.rates()) == 2
 
 
 @pytest.mark.slow
 def test_prepare_tokenises_once_and_main_reads_it(upstream_inputs, python):
-    """prepare.py with the inputs in place: fetch finds them, the samples are tokenised
-    into the pre-tokenised set once (done-marker last); a second prepare keeps it; main.py
-    then reads it instead of tokenising, and trains on the same batches."""
+    """prepare.py with the inputs in place (the weights too: fetch finds all three,
+    offline, and says nothing): the samples are tokenised into the pre-tokenised set once
+    (done-marker last); a second prepare keeps it; main.py then reads it instead of
+    tokenising, and trains on the same batches."""
     import subprocess
 
     from benchshared import inputs
@@ -320,6 +380,7 @@ def test_prepare_tokenises_once_and_main_reads_it(upstream_inputs, python):
     assert first.returncode == 0, first.stderr[-3000:]
     folder = alpaca.tokenised_folder(data, "alpaca-cleaned", "llama3.1-8b-tokenizer")
     assert "llm-lora-single: tokenised 40 samples" in first.stdout
+    assert "unavailable" not in first.stderr, first.stderr
     assert (folder / "done").is_file()
     again = subprocess.run(argv, env=env, cwd=LLM, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "already prepared: 40 samples" in again.stdout
@@ -330,11 +391,13 @@ def test_prepare_tokenises_once_and_main_reads_it(upstream_inputs, python):
     assert on_disk.offsets.tolist() == fresh.offsets.tolist()
     run = run_smuggled(
         [python, "main.py", *TINY, *UPSTREAM],
-        bench_env(stop=2, skip=1, MILABENCH_DIR_DATA=str(data)),
+        bench_env(stop=2, skip=1, MILABENCH_DIR_DATA=str(data),
+                  MILABENCH_CONFIG=json.dumps({"name": "llm-lora-single"})),
         LLM,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert "not prepared" not in run.stdout and inputs_record(run)["comparable"] is True
+    assert "llama3.1-8b" in inputs_record(run)["real"]
 
 
 @pytest.mark.slow
@@ -342,19 +405,34 @@ def test_two_sharded_ranks_train_on_upstreams_inputs(upstream_inputs):
     """Two gloo ranks under FSDP2 on upstream's inputs: each reads its own half of the
     sampler's order (rank 0 prints its epoch's padded lengths), the step's labelled
     tokens and loss are all-reduced before the gradients are scaled; only rank 0
-    writes the ``inputs`` record and the rates, which sum both ranks' tokens."""
-    from .test_llm_finetune import torchrun
+    writes the ``inputs`` record and the rates, which sum both ranks' tokens. The
+    weights (``--weights``, as by hand): each rank reads about half of the checkpoint,
+    and the most it holds while starting stays about its half of the model."""
+    from .test_llm_finetune import MATERIALISED, torchrun
 
     alpaca = load("alpaca")
     data, _records = upstream_inputs
     run = run_smuggled(
         [torchrun(), "--standalone", "--nproc-per-node=2", "main.py", *TINY, *UPSTREAM,
-         "--backend", "gloo", "--fsdp", "--grad-accum", "2"],
+         "--weights", "llama3.1-8b", "--backend", "gloo", "--fsdp", "--grad-accum", "2"],
         bench_env(stop=2, skip=1, MILABENCH_DIR_DATA=str(data)),
         LLM,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert inputs_record(run)["comparable"] is True
+    assert "llama3.1-8b" in inputs_record(run)["real"]
+    on_disk = sum(t.numel() * t.element_size() for t in
+                  checkpoint_tensors(data / "inputs" / "llama3.1-8b").values())  # fmt: skip
+    read = re.findall(r"llm rank (\d): weights of llama3.1-8b loaded from \S+ \((\d+) bytes",
+                      run.stdout)  # fmt: skip
+    assert sorted(rank for rank, _ in read) == ["0", "1"], run.stdout[-2000:]
+    assert sum(int(n) for _, n in read) == on_disk
+    assert all(int(n) <= on_disk * 0.55 for _, n in read), read
+    materialised = MATERIALISED.findall(run.stdout)
+    assert len(materialised) == 2, run.stdout[-2000:]
+    for _rank, _local, whole, peak in materialised:
+        # its shards (fp32) and one tensor's rows read at a time (bf16): not the model
+        assert int(peak) <= int(whole) * 0.7, (peak, whole)
     assert ", fsdp, " in run.stdout and len(run.events("stop")) == 1
     folder = data / "inputs"
     samples = alpaca.tokenise_inputs(folder / "alpaca-cleaned", folder / "llama3.1-8b-tokenizer")
@@ -384,7 +462,8 @@ def test_alpaca_parquet_reads_as_datasets_does(tmp_path):
 @pytest.mark.slow
 def test_prepare_without_the_inputs_only_says_so(tmp_path, python):
     """prepare.py where the inputs cannot be fetched (offline): fetch's one line per
-    input, nothing else, no pre-tokenised set, exit 0 (main.py then runs the stand-in)."""
+    input of the entry (weights, tokenizer, data set), nothing else, no pre-tokenised
+    set, exit 0 (main.py then runs the stand-in)."""
     import subprocess
 
     from benchshared import inputs
@@ -402,7 +481,162 @@ def test_prepare_without_the_inputs_only_says_so(tmp_path, python):
     assert done.returncode == 0, done.stderr[-3000:]
     assert not done.stdout.strip(), done.stdout
     lines = done.stderr.splitlines()
-    assert len(lines) == 2, done.stderr
-    for line, name in zip(lines, ("alpaca", "llama3.1-70b-tokenizer"), strict=True):
-        assert f"input {name} for llm-lora-mp-gpus" in line
+    assert len(lines) == 3, done.stderr  # the entry's inputs, weights first
+    for line, name in zip(lines, ("llama3.1-70b", "llama3.1-70b-tokenizer", "alpaca"),
+                          strict=True):  # fmt: skip
+        assert f"input {name} for llm-lora-mp-gpus unavailable: offline" in line
     assert not (data / "llm").exists()
+
+
+def test_checkpoint_loads_as_from_pretrained(tmp_path):
+    """One process (no sharding): main.py's model built with the weights input, in fp32
+    and in bf16, with and without LoRA: every base weight is exactly what
+    ``from_pretrained`` reads from the same two-shard checkpoint (cast as it casts), the
+    rotary frequencies are the checkpoint's scaled ones, and LoRA's adapters, added
+    after the load, start at B = 0 (the model computes the checkpoint's function)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    llm = load("main")
+    folder = tmp_path / "llama3.1-8b"
+    build_checkpoint(folder)
+    for dtype, lora in (("fp32", "4"), ("bf16", "0")):
+        args = llm.parse_args(["--size", "tiny", "--device", "cpu", "--param-dtype", dtype,
+                               "--lora", lora])  # fmt: skip
+        args.checkpoint = folder
+        model, vocab = llm.build(args, torch.device("cpu"))
+        torch_dtype = llm.PARAM_DTYPES[dtype]
+        reference = LlamaForCausalLM.from_pretrained(folder, dtype=torch_dtype)
+        ours = {llm.hf_name(k): v for k, v in model.state_dict().items() if ".lora_" not in k}
+        for name, value in reference.state_dict().items():
+            assert ours[name].dtype == torch_dtype, name
+            assert torch.equal(ours[name], value), name
+        assert set(ours) == set(reference.state_dict())
+        stored = checkpoint_tensors(folder).values()
+        assert vocab == 2048
+        assert args.read_bytes == sum(t.numel() * t.element_size() for t in stored)
+        base = llm.base_model(model)
+        assert base.config.rope_parameters["rope_type"] == "llama3"
+        assert base.config.rms_norm_eps == 1e-5 and not base.config.tie_word_embeddings
+        ids = torch.randint(0, vocab, (1, 12))
+        with torch.no_grad():
+            assert torch.equal(model(input_ids=ids).logits, reference(input_ids=ids).logits)
+        lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+        assert bool(lora_b) == (lora != "0") and all(not p.any() for p in lora_b)
+
+
+def test_a_checkpoint_of_another_shape_is_not_used(tmp_path, capsys, monkeypatch):
+    """Weights whose shape is not ``--size``'s are not used: main.py says why and keeps
+    random weights (the input then counts as missing); loading names a tensor the
+    checkpoint lacks."""
+    import torch
+
+    llm = load("main")
+    data = tmp_path / "data"
+    files = {}
+    build_checkpoint(tmp_path / "ckpt")
+    for path in (tmp_path / "ckpt").iterdir():
+        files[path.name] = path.read_bytes()
+    folder = write_input(data, "llama3.1-8b", files, WEIGHTS_REVISION)
+    args = llm.parse_args(["--size", "small", "--weights", "llama3.1-8b"])
+    monkeypatch.setenv("MILABENCH_DIR_DATA", str(data))
+    assert llm.usable_checkpoint(args, "llama3.1-8b", 0) is None
+    args.size = "tiny"
+    assert llm.usable_checkpoint(args, "llama3.1-8b", 0) == folder
+    assert "llama3.1-8b not used (random weights): the checkpoint in" in capsys.readouterr().out
+    with torch.device("meta"):
+        model, _ = llm.make_model("tiny", 32, layers=3, checkpoint=folder)
+    with pytest.raises(ValueError, match="has no tensor model.layers.2.self_attn"):
+        llm.load_checkpoint(model.to_empty(device="cpu"), folder)
+
+
+#: Run by each of two torchrun ranks (argv: the checkpoint folder): main.py's sharded
+#: build (meta device, FSDP2, `materialise_shards`) with LoRA and as the full fine-tuning
+#: entries shard it; every weight gathered (``full_tensor``) must equal the checkpoint's
+#: tensor read whole, the sharded forward ``from_pretrained``'s; the rows each rank read,
+#: never a whole model's worth.
+SHARDED_CHECK = """
+import json, sys
+from pathlib import Path
+import torch
+import torch.distributed as dist
+sys.path.insert(0, ".")
+import main as llm
+from safetensors.torch import load_file
+
+folder = Path(sys.argv[1])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+index = json.loads((folder / "model.safetensors.index.json").read_text())
+whole = {}
+for file in sorted(set(index["weight_map"].values())):
+    whole.update(load_file(folder / file))
+on_disk = sum(t.numel() * t.element_size() for t in whole.values())
+for options in (["--lora", "4"], ["--shard-embeddings", "--param-dtype", "bf16"]):
+    args = llm.parse_args(["--size", "tiny", "--device", "cpu", "--fsdp", *options])
+    args.checkpoint = folder
+    model, _vocab = llm.build(args, torch.device("meta"))
+    model = llm.materialise_shards(model, args, torch.device("cpu"))
+    checked = 0
+    for name, param in model.named_parameters():
+        assert type(param.data).__name__ == "DTensor", name
+        full = param.full_tensor()
+        if ".lora_" in name:
+            continue
+        expected = whole[llm.hf_name(name)].to(full.dtype)
+        assert torch.equal(full, expected), (rank, name)
+        checked += 1
+    assert checked == len(whole), (checked, len(whole))
+    if "--lora" in options:  # the forward computes with the loaded shards: the checkpoint's
+        from transformers import LlamaForCausalLM
+
+        reference = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        ids = torch.arange(12).reshape(1, 12) * 97 % 2048
+        with torch.no_grad():
+            ours, theirs = model(input_ids=ids).logits, reference(input_ids=ids).logits
+        assert torch.allclose(ours, theirs, rtol=1e-5, atol=1e-5), (ours - theirs).abs().max()
+    read = torch.tensor([args.read_bytes])
+    assert 0 < args.read_bytes <= on_disk * 0.55, (rank, args.read_bytes, on_disk)
+    dist.all_reduce(read)
+    assert int(read) == on_disk, (int(read), on_disk)
+    print(f"rank {rank} {options}: {checked} weights equal, read {args.read_bytes} of {on_disk}")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_two_ranks_fill_their_shards_from_the_checkpoint(tmp_path):
+    """Two gloo ranks, FSDP2 on the meta device as the sharded entries build: each rank
+    fills only its own shards from the two-shard checkpoint (``get_slice`` of its rows:
+    the two read the checkpoint's bytes once between them), and the weights gathered
+    from both are exactly the checkpoint's, with LoRA (peft's names; the forward then
+    gives ``from_pretrained``'s logits) and with the embeddings and the head as units of
+    their own (bf16)."""
+    import subprocess
+
+    from .test_llm_finetune import torchrun
+
+    folder = tmp_path / "llama3.1-8b"
+    build_checkpoint(folder)
+    script = tmp_path / "sharded_check.py"
+    script.write_text(SHARDED_CHECK)
+    done = subprocess.run(
+        [torchrun(), "--standalone", "--nproc-per-node=2", str(script), str(folder)],
+        env=bench_env(), cwd=LLM, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    said = re.findall(r"rank (\d) \[.*?\]: (\d+) weights equal", done.stdout)
+    assert sorted(said) == [("0", "21"), ("0", "21"), ("1", "21"), ("1", "21")], done.stdout
+
+
+def test_the_stand_in_phrase_says_what_was_random():
+    """The ``inputs`` record's ``stand_in``: random weights when only the weights are
+    missing, random tokens when only the data set or the tokenizer is, both when both."""
+    llm = load("main")
+    here = Path("x")
+    used = {"alpaca": here, "llama3.1-70b-tokenizer": here, "llama3.1-70b": None}
+    assert llm.stand_in(used, "llama3.1-70b", 64) == "random weights"
+    used = {"alpaca": None, "llama3.1-70b-tokenizer": here, "llama3.1-70b": here}
+    assert llm.stand_in(used, "llama3.1-70b", 64) == "64-token random sequences"
+    used["llama3.1-70b"] = None
+    assert llm.stand_in(used, "llama3.1-70b", 64) == "random weights, 64-token random sequences"

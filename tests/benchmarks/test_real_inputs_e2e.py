@@ -3,7 +3,8 @@
 
 The loopback hub (tests/hubserver.py) serves, under the catalogue's repository ids, the
 tiny inputs that each benchmark's own tests build (``tests/benchmarks/test_*_real_inputs``:
-a byte-level BPE and Alpaca records for the LLM entries, a tiny Llama checkpoint with its
+a byte-level BPE, Alpaca records and a two-shard Llama-3.1-style checkpoint of the
+smoke size for the LLM entries, a tiny Llama checkpoint with its
 tokenizer and wikitext parquet shards, a tiny LLaVA checkpoint with its processor and an
 aokvqa parquet file, a tiny GPT-NeoX checkpoint with pythia's tokenizer and the
 descriptiveness prompts), each repository at a commit of its own: the site's mirror of
@@ -48,10 +49,11 @@ pytestmark = pytest.mark.slow
 
 SMOKE = ROOT / "config" / "standard-smoke.yaml"
 TOKEN = "hf_e2e_granted_token_0123456789abcdef"
-#: Each real-input entry run here and the inputs its prepare.py fetches (the LLM entries
-#: fetch their data set and tokenizer; the model is built at ``--size``).
-_LLM_8B = ("alpaca-cleaned", "llama3.1-8b-tokenizer")
-_LLM_70B = ("alpaca", "llama3.1-70b-tokenizer")
+#: Each real-input entry run here and the inputs its prepare.py fetches, in that order
+#: (the LLM entries: the weights, at the smoke suite's ``--size tiny``, the tokenizer, the
+#: data set).
+_LLM_8B = ("llama3.1-8b", "llama3.1-8b-tokenizer", "alpaca-cleaned")
+_LLM_70B = ("llama3.1-70b", "llama3.1-70b-tokenizer", "alpaca")
 ENTRIES: dict[str, tuple[str, ...]] = {
     "llm-lora-single": _LLM_8B,
     "llm-lora-ddp-gpus": _LLM_8B,  # torchrun, 2 gloo ranks (FSDP2)
@@ -63,7 +65,9 @@ ENTRIES: dict[str, tuple[str, ...]] = {
 }
 #: What each entry's main.py says it ran instead (its ``inputs`` record's ``stand_in``).
 STAND_IN = {
-    **dict.fromkeys([e for e in ENTRIES if e.startswith("llm-")], "64-token random sequences"),
+    **dict.fromkeys(
+        [e for e in ENTRIES if e.startswith("llm-")], "random weights, 64-token random sequences"
+    ),
     "llama": "random weights, 32 generated tokens per prompt",
     "llava-single": "random-weight LLaVA",
     "rlhf-single": "random-weight models",
@@ -94,7 +98,7 @@ def tiny_inputs(work: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[s
     from .test_llama_real_inputs import make_inputs
     from .test_llava_real_inputs import build_dataset_input as llava_dataset
     from .test_llava_real_inputs import build_model_input as llava_model
-    from .test_llm_real_inputs import alpaca_records, build_tokenizer
+    from .test_llm_real_inputs import alpaca_records, build_checkpoint, build_tokenizer
     from .test_rlhf import load_main
     from .test_rlhf_real_inputs import build_dataset_input as rlhf_dataset
     from .test_rlhf_real_inputs import build_model_input as rlhf_model
@@ -110,6 +114,8 @@ def tiny_inputs(work: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[s
         "tokenizer.json": (work / "llm" / "tokenizer.json").read_bytes(),
         "original/tokenizer.model": b"not read by the benchmark\n",
     }
+    out["llama3.1-8b"] = build_checkpoint(work / "llm" / "llama3.1-8b")
+    out["llama3.1-70b"] = build_checkpoint(work / "llm" / "llama3.1-70b", seed=1)
     # tatsu-lab/alpaca's form: one parquet shard, a ``text`` column besides the fields
     table = pa.Table.from_pylist([{**r, "text": "unused"} for r in alpaca_records(30, seed=1)])
     pq.write_table(table, work / "alpaca.parquet")
@@ -133,21 +139,29 @@ def tiny_inputs(work: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[s
 
 def publish(hub: HubServer, files: dict[str, dict[str, bytes]]) -> dict[str, Any]:
     """Each input as a repository of the hub under the catalogue's id, at a commit of the
-    mirror's own; returns the override catalogue that describes them."""
+    mirror's own (inputs of one repository, as Llama-3.1's weights and tokenizer, share
+    it and its commit); returns the override catalogue that describes them."""
     from benchshared import catalogue
 
+    by_repo: dict[str, list[str]] = {}
+    for name in files:
+        by_repo.setdefault(catalogue.CATALOGUE[name].repo_id, []).append(name)
     records: dict[str, Any] = {}
-    for name, content in files.items():
-        spec = catalogue.CATALOGUE[name]
+    for repo_id, names in by_repo.items():
+        spec = catalogue.CATALOGUE[names[0]]
         commit = secrets.token_hex(20)
-        hub.add_repo(spec.repo_id, content, repo_type=spec.repo_type, commit=commit,
+        content = {rel: data for name in names for rel, data in files[name].items()}
+        hub.add_repo(repo_id, content, repo_type=spec.repo_type, commit=commit,
                      gated=spec.gated, granted={TOKEN})  # fmt: skip
-        records[name] = {
-            "revision": commit,
-            "revision_source": "the test's loopback mirror",
-            "files": sorted(content),
-            "sha256": {rel: hashlib.sha256(data).hexdigest() for rel, data in content.items()},
-        }
+        for name in names:
+            records[name] = {
+                "revision": commit,
+                "revision_source": "the test's loopback mirror",
+                "files": sorted(files[name]),
+                "sha256": {
+                    rel: hashlib.sha256(data).hexdigest() for rel, data in files[name].items()
+                },
+            }
     return {"inputs": records}
 
 
