@@ -103,12 +103,14 @@ def test_step_modes_measure_the_script(tmp_path, mode):
     assert "done training" not in out, "the window should have ended the script"
     assert errors(records) == [], errors(records)
     rates = [r for r in records if "rate" in r]
-    assert len(rates) >= 5
+    windows = [r["window"] for r in records if "window" in r]
+    assert len(windows) == 1 and windows[0]["reason"] in ("precision", "max_time")
+    # a precise window holds the observations it asks for; one that ran out of time on a
+    # loaded machine (a step stalled by a neighbour) may hold fewer, never none
+    assert len(rates) >= (5 if windows[0]["reason"] == "precision" else 2), windows[0]
     assert {r["units"] for r in rates} == {"items/s"} and all(r["rate"] > 0 for r in rates)
     losses = [r["loss"] for r in records if "loss" in r]
     assert losses and all(isinstance(v, float) for v in losses)
-    windows = [r["window"] for r in records if "window" in r]
-    assert len(windows) == 1 and windows[0]["reason"] in ("precision", "max_time")
     assert windows[0]["observations"] == len(rates)
     assert len([r for r in records if r.get("$event") == "stop"]) == 1
     overheads = [r["overhead"] for r in records if "overhead" in r]

@@ -25,7 +25,7 @@ def test_reads_the_readme_commands_as_written():
     for c in commands:
         assert f"\n{c.line}\n" in readme  # verbatim lines of the README
     assert "milabench run" in commands[0].line
-    assert "pytest" in commands[1].line and "'.[test]'" in commands[1].line
+    assert "pytest" in commands[1].line and "scripts/install_test_deps.py" in commands[1].line
 
 
 def test_a_readme_without_the_block_is_an_error():
