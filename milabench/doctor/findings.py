@@ -47,6 +47,15 @@ class Finding:
         )
 
 
+def findings_of(data: object) -> list[Finding] | None:
+    """The findings of a decoded ``{"findings": [...]}`` document (``doctor.json``, a
+    node's probe line); None when it holds no such list."""
+    items = data.get("findings") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return None
+    return [Finding.from_dict(x) for x in items if isinstance(x, dict)]
+
+
 def worst(findings: Iterable[Finding]) -> str:
     """The highest severity of ``findings`` (``ok`` for none)."""
     rank = {s: i for i, s in enumerate(SEVERITIES)}

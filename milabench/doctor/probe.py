@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from milabench.doctor.checks import run_checks
-from milabench.doctor.findings import Finding, failures, render_findings
+from milabench.doctor.findings import Finding, failures, findings_of, render_findings
 from milabench.doctor.interpreter import PYTHON_HINT
 from milabench.doctor.thresholds import DEFAULT_SAMPLE
 
@@ -76,13 +76,9 @@ def parse_probe_output(stdout: str) -> list[Finding] | None:
     for line in stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
             try:
-                data = json.loads(line[len(RESULT_PREFIX) :])
+                return findings_of(json.loads(line[len(RESULT_PREFIX) :]))
             except ValueError:
                 return None
-            items = data.get("findings") if isinstance(data, dict) else None
-            if not isinstance(items, list):
-                return None
-            return [Finding.from_dict(x) for x in items if isinstance(x, dict)]
     return None
 
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from milabench.doctor.findings import Finding, worst
+from milabench.doctor.findings import Finding, findings_of, worst
 from milabench.machine.procfs import read_text
 
 DOCTOR_FILE = "doctor.json"  # in a run folder: the findings `milabench run` started with
@@ -57,10 +57,6 @@ def read_doctor_file(folder: str) -> list[Finding] | None:
     if text is None:
         return None
     try:
-        data = json.loads(text)
+        return findings_of(json.loads(text))
     except ValueError:
         return None
-    items = data.get("findings") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        return None
-    return [Finding.from_dict(x) for x in items if isinstance(x, dict)]
