@@ -11,6 +11,10 @@ import argparse
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from milabench.formats import Renderers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "config" / "cpu.yaml"
@@ -117,6 +121,21 @@ def add_format_option(parser: argparse.ArgumentParser) -> None:
         default="yaml",
         help="output format (default: yaml)",
     )
+
+
+def add_render_options(
+    parser: argparse.ArgumentParser,
+    renderers: Renderers,
+    *,
+    format_help: str | None = None,
+    output_help: str | None = None,
+) -> None:
+    """--format (the choices: every name of `renderers`, default text) and, when
+    `output_help` is given, --output FILE (written by `write_rendered`): the options of
+    the commands that print a report (report, compare, fleet-report, history)."""
+    add_option(parser, "format", default="text", choices=renderers.names, help=format_help)
+    if output_help is not None:
+        add_option(parser, "output", default=None, metavar="FILE", help=output_help)
 
 
 def add_validations_option(parser: argparse.ArgumentParser, help: str) -> None:
@@ -229,6 +248,17 @@ def write_output(path: Path, text: str, what: str) -> None:
         reason = exc.strerror or type(exc).__name__
         raise UsageError(f"--output {path}: cannot write: {reason}") from None
     print(f"{what} written to {path}", file=sys.stderr)
+
+
+def write_rendered(text: str, output: str | None, what: str) -> None:
+    """A rendering where --output says: the file (`write_output`, which names `what` on
+    stderr), else standard output as it is."""
+    import sys
+
+    if output:
+        write_output(Path(output), text, what)
+    else:
+        sys.stdout.write(text)
 
 
 def add_requirements_option(parser: argparse.ArgumentParser) -> None:

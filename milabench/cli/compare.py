@@ -20,10 +20,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from milabench.cli.common import add_option, add_suite_options, base_path
+from milabench.cli.common import (
+    add_option,
+    add_render_options,
+    add_suite_options,
+    base_path,
+    write_rendered,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from milabench.compare import RENDERERS
+
     parser.add_argument(
         "runs",
         nargs="*",
@@ -40,13 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_option(parser, "url", default=None, metavar="URL", help="results store for --baseline")
     add_option(parser, "thresholds", default=None, metavar="FILE", help="YAML thresholds file")
-    add_option(parser, "format", default="text", choices=["text", "markdown", "md", "json", "html"])
-    add_option(
-        parser,
-        "output",
-        default=None,
-        metavar="FILE",
-        help="write the comparison to FILE instead of standard output",
+    add_render_options(
+        parser, RENDERERS, output_help="write the comparison to FILE instead of standard output"
     )
     add_option(parser, "alpha", type=float, default=None, help="significance level (0.05)")
     add_option(
@@ -165,17 +168,8 @@ def _ab(args: argparse.Namespace, kwargs: dict) -> int:
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     cmp, _, _ = ab_compare(control, treatment, rounds=args.rounds,
                            confirm_rounds=args.confirm_rounds, log=log, **kwargs)  # fmt: skip
-    _write(render(cmp, args.format), args)
+    write_rendered(render(cmp, args.format), args.output, "comparison")
     return cmp.exit_code
-
-
-def _write(text: str, args: argparse.Namespace) -> None:
-    from milabench.cli.common import write_output
-
-    if args.output:
-        write_output(Path(args.output), text, "comparison")
-    else:
-        sys.stdout.write(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -220,5 +214,5 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     cmp = compare_samples(a.samples, b.samples, a_label=a.label, b_label=b.label, **kwargs)
-    _write(render(cmp, args.format), args)
+    write_rendered(render(cmp, args.format), args.output, "comparison")
     return cmp.exit_code

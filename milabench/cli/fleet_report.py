@@ -18,9 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from milabench.cli.common import add_option
-
-FORMATS = ("text", "markdown", "md", "json", "html")
+from milabench.cli.common import add_option, add_render_options
 
 
 def _fraction(text: str) -> float:
@@ -47,16 +45,18 @@ def _non_negative(text: str) -> float:
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of the fleet report (shared with `milabench fleet`)."""
-    from milabench.fleet.report import DEFAULT_MAD_K, DEFAULT_MIN_GAP, DEFAULT_TOLERANCE
+    from milabench.fleet.report import (
+        DEFAULT_MAD_K,
+        DEFAULT_MIN_GAP,
+        DEFAULT_TOLERANCE,
+        RENDERERS,
+    )
 
-    add_option(parser, "format", default="text", choices=FORMATS,
-               help="output format (default: text)")  # fmt: skip
-    add_option(
+    add_render_options(
         parser,
-        "output",
-        default=None,
-        metavar="FILE",
-        help="write the report to FILE (parent folders created) instead of standard output",
+        RENDERERS,
+        format_help="output format (default: text)",
+        output_help="write the report to FILE (parent folders created) instead of standard output",
     )
     add_option(
         parser,
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
 def report_fleet(folder: Path, args: argparse.Namespace) -> int:
     """Load, compare, render and write the report of one fleet folder; its exit code."""
-    from milabench.cli.common import write_output
+    from milabench.cli.common import write_rendered
     from milabench.fleet.report import (
         build_fleet_report,
         load_baseline,
@@ -173,8 +173,5 @@ def report_fleet(folder: Path, args: argparse.Namespace) -> int:
             f"model(s), {benches} benchmark rate(s))",
             file=sys.stderr,
         )
-    if args.output:
-        write_output(Path(args.output), text, "fleet report")
-    else:
-        sys.stdout.write(text)
+    write_rendered(text, args.output, "fleet report")
     return report.exit_code

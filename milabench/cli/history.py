@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from milabench.cli.common import add_option
+from milabench.cli.common import add_option, add_render_options
 from milabench.cli.store import add_store_options, store_url
 
 METHODS = ("changepoints", "outliers")
@@ -44,12 +44,14 @@ ONLY: dict[str, tuple[str, str]] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from milabench.history import series
+
     add_option(parser, "method", choices=METHODS, default="changepoints",
                help="changepoints: change points of every series, alerts, site (default); "
                     "outliers: each result against the ones before it (k std devs)")  # fmt: skip
     add_store_options(parser)
-    add_option(parser, "format", choices=("text", "markdown", "json"), default="text",
-               help="format of the table printed (default: text)")  # fmt: skip
+    add_render_options(parser, series.RENDERERS,
+                       format_help="format of the table printed (default: text)")  # fmt: skip
     add_option(parser, "bench", action="append", default=[], metavar="NAME",
                help="only this benchmark (repeatable; default: all)")  # fmt: skip
     add_option(parser, "machine", default=None, help="only results of this machine (hostname)")

@@ -17,18 +17,20 @@ at most 1%, every enabled validation layer passed); a FAIL prints each reason.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from milabench.cli.common import (
     add_option,
+    add_render_options,
     add_suite_options,
     add_validations_option,
-    write_output,
+    write_rendered,
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from milabench.report import RENDERERS
+
     add_option(
         parser,
         "runs",
@@ -39,19 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run folders (runs/<name>) to report on; a folder of runs gives its latest "
         "(default: the latest run under <base>/runs)",
     )
-    add_option(
+    add_render_options(
         parser,
-        "format",
-        default="text",
-        choices=["text", "markdown", "md", "csv", "json", "html"],
-        help="output format (default: text)",
-    )
-    add_option(
-        parser,
-        "output",
-        default=None,
-        metavar="FILE",
-        help="write the report to FILE instead of standard output",
+        RENDERERS,
+        format_help="output format (default: text)",
+        output_help="write the report to FILE instead of standard output",
     )
     add_option(
         parser,
@@ -101,9 +95,5 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(
         run_folders(args), entries=suite_entries(args), validations=args.validations, peaks=peaks
     )
-    text = render(report, args.format)
-    if args.output:
-        write_output(Path(args.output), text, "report")
-    else:
-        sys.stdout.write(text)
+    write_rendered(render(report, args.format), args.output, "report")
     return report.exit_code

@@ -7,30 +7,46 @@
 * `abtest`: control and treatment run interleaved, then confirmation rounds;
 * `render_html`: the self-contained HTML page.
 
-Built on the run report (samples come from `milabench.report.build_report`) and the
-results store (`milabench.history.store`, for a stored baseline).
+`render(cmp, fmt)` dispatches through `RENDERERS` (`milabench.formats`: the formats every
+kind of report shares). Built on the run report (samples come from
+`milabench.report.build_report`) and the results store (`milabench.history.store`, for a
+stored baseline).
 """
 
 from __future__ import annotations
 
-from milabench.compare.comparison import Comparison
+from collections.abc import Callable, Mapping
+from functools import partial
 
-FORMATS = ("text", "markdown", "md", "json", "html")
+from milabench.compare.comparison import Comparison
+from milabench.formats import Renderers
+
+
+def _renderers() -> Mapping[str, Callable[[Comparison], str]]:
+    from milabench.compare.comparison import render_comparison
+    from milabench.compare.render_html import render_html
+
+    return {
+        "text": partial(render_comparison, fmt="text"),
+        "markdown": partial(render_comparison, fmt="markdown"),
+        "json": partial(render_comparison, fmt="json"),
+        "html": render_html,
+    }
+
+
+RENDERERS: Renderers[Comparison] = Renderers(
+    "comparison",
+    ("text", "markdown", "json", "html"),
+    _renderers,
+    aliases={"md": "markdown"},
+    list_aliases=True,
+)
+FORMATS = RENDERERS.names
 
 
 def render(cmp: Comparison, fmt: str = "text") -> str:
     """The comparison as text, markdown, json or one HTML page."""
-    if fmt == "html":
-        from milabench.compare.render_html import render_html
-
-        return render_html(cmp)
-    if fmt not in FORMATS:
-        from milabench.errors import UsageError
-
-        raise UsageError(f"unknown comparison format '{fmt}' (choose from {', '.join(FORMATS)})")
-    from milabench.compare.comparison import render_comparison
-
-    return render_comparison(cmp, fmt)
+    return RENDERERS.render(cmp, fmt)
 
 
-__all__ = ["FORMATS", "Comparison", "render"]
+__all__ = ["FORMATS", "RENDERERS", "Comparison", "render"]

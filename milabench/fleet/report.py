@@ -75,6 +75,7 @@ from milabench.fleet.model import (
     is_number,
     short_value,
 )
+from milabench.formats import Renderers
 from milabench.report.build import Report, build_report
 from milabench.report.render_tables import breakdown_rows
 from milabench.rundata.numbers import fmt_sig
@@ -934,23 +935,28 @@ def load_baseline(path: str | Path) -> Baseline:
 
 # -- rendering ---------------------------------------------------------------------------
 
-FORMATS = ("text", "markdown", "json", "html")
 
-
-def render_fleet(report: FleetReport, fmt: str = "text") -> str:
-    """The fleet report as text, markdown (md), json or html (`fleet/render.py`)."""
+def _renderers() -> dict[str, Any]:
     from milabench.fleet import render as renderers
 
-    table = {
+    return {
         "text": renderers.render_text,
         "markdown": renderers.render_markdown,
-        "md": renderers.render_markdown,
         "json": renderers.render_json,
         "html": renderers.render_html,
     }
-    if fmt not in table:
-        raise UsageError(f"unknown fleet report format '{fmt}' (choose from {', '.join(FORMATS)})")
-    return table[fmt](report)
+
+
+RENDERERS: Renderers[FleetReport] = Renderers(
+    "fleet report", ("text", "markdown", "json", "html"), _renderers, aliases={"md": "markdown"}
+)
+FORMATS = RENDERERS.formats
+
+
+def render_fleet(report: FleetReport, fmt: str = "text") -> str:
+    """The fleet report as text, markdown (md), json or html (`fleet/render.py`), through
+    `RENDERERS` (`milabench.formats`: the formats every kind of report shares)."""
+    return RENDERERS.render(report, fmt)
 
 
 __all__ = [
@@ -964,6 +970,7 @@ __all__ = [
     "FLEET_REPORT_SCHEMA_VERSION",
     "FLEET_SCHEMA_VERSION",
     "FORMATS",
+    "RENDERERS",
     "MAD_SCALE",
     "MIN_NODES",
     "NODE_OK",

@@ -14,13 +14,14 @@ import datetime
 import json
 import math
 from dataclasses import asdict, dataclass
+from functools import partial
 
+from milabench.formats import Renderers
 from milabench.history.store import ResultRow, Store
 
 DEFAULT_K = 3.0
 DEFAULT_WINDOW = 10
 DEFAULT_LAST = 20
-FORMATS = ("text", "markdown", "json")
 HEADER = ["run", "date", "machine", "n", "fail", "perf", "std%", "score", "flag"]
 
 
@@ -97,25 +98,25 @@ def _finite(x: float | None) -> float | None:
     return x if x is None or math.isfinite(x) else None
 
 
-def render(tables: dict[str, list[OutlierRow]], fmt: str = "text") -> str:
-    """One table per benchmark (text: a `== bench` line before each when there are
-    several), or JSON ``{"benchmarks": {bench: [row...]}, "flagged_latest": [bench...]}``."""
-    if fmt == "json":
-        doc = {
-            "benchmarks": {
-                bench: [
-                    {**asdict(r.result), "flagged": r.flagged, "zscore": _finite(r.zscore)}
-                    for r in rows
-                ]
-                for bench, rows in tables.items()
-            },
-            "flagged_latest": latest_flagged(tables),
-        }
-        return json.dumps(doc, indent=2) + "\n"
+def _json(tables: dict[str, list[OutlierRow]]) -> str:
+    doc = {
+        "benchmarks": {
+            bench: [
+                {**asdict(r.result), "flagged": r.flagged, "zscore": _finite(r.zscore)}
+                for r in rows
+            ]
+            for bench, rows in tables.items()
+        },
+        "flagged_latest": latest_flagged(tables),
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _tables(tables: dict[str, list[OutlierRow]], *, markdown: bool) -> str:
     lines: list[str] = []
     for bench, rows in tables.items():
         cells = [HEADER] + [_cells(r) for r in rows]
-        if fmt == "markdown":
+        if markdown:
             lines += [f"### {bench}", "", "| " + " | ".join(HEADER) + " |",
                       "|" + "|".join(["---"] * len(HEADER)) + "|"]  # fmt: skip
             lines += ["| " + " | ".join(c) + " |" for c in cells[1:]]
@@ -127,6 +128,25 @@ def render(tables: dict[str, list[OutlierRow]], fmt: str = "text") -> str:
                       for c in cells]  # fmt: skip
         lines.append("")
     return "\n".join(lines[:-1]) + "\n"
+
+
+_TABLE = {
+    "text": partial(_tables, markdown=False),
+    "markdown": partial(_tables, markdown=True),
+    "json": _json,
+}
+# The formats of the outliers tables; an unknown name renders text, as it always has
+# (the CLI's choices never pass one).
+RENDERERS: Renderers[dict[str, list[OutlierRow]]] = Renderers(
+    "history", ("text", "markdown", "json"), lambda: _TABLE, fallback="text"
+)
+FORMATS = RENDERERS.formats
+
+
+def render(tables: dict[str, list[OutlierRow]], fmt: str = "text") -> str:
+    """One table per benchmark (text: a `== bench` line before each when there are
+    several), or JSON ``{"benchmarks": {bench: [row...]}, "flagged_latest": [bench...]}``."""
+    return RENDERERS.render(tables, fmt)
 
 
 def latest_flagged(tables: dict[str, list[OutlierRow]]) -> list[str]:

@@ -17,8 +17,10 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from milabench.formats import Renderers
 from milabench.history.changepoint import ChangePoint, detect
 from milabench.history.store import SeriesPoint, Store
 
@@ -184,6 +186,53 @@ def _cells(c: Change) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Alerts:
+    """What the alerts table shows: the changes, how many series were searched, whether
+    every change point is shown (`everything`) and the keys the JSON adds (`extra`)."""
+
+    changes: list[Change]
+    series: int = 0
+    everything: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _json(alerts: Alerts) -> str:
+    return json.dumps({**alerts.extra, "alerts": [c.as_dict() for c in alerts.changes]}, indent=2)
+
+
+def _table(alerts: Alerts, *, markdown: bool) -> str:
+    what = "change point" if alerts.everything else "regression"
+    if not alerts.changes:
+        return f"No {what} in {alerts.series} series."
+    rows = [HEADER] + [_cells(c) for c in alerts.changes]
+    if markdown:
+        lines = ["| " + " | ".join(r) + " |" for r in rows]
+        lines.insert(1, "|" + "|".join("---" for _ in HEADER) + "|")
+    else:
+        widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
+        lines = [" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
+                 for r in rows]  # fmt: skip
+    n_new = sum(1 for c in alerts.changes if c.regression and c.new)
+    lines.append("")
+    lines.append(
+        f"{len(alerts.changes)} {what}(s) in {alerts.series} series, {n_new} new regression(s)."
+    )
+    return "\n".join(lines)
+
+
+_TABLE = {
+    "text": partial(_table, markdown=False),
+    "markdown": partial(_table, markdown=True),
+    "json": _json,
+}
+# The formats of the alerts table (no HTML: the site is `milabench.history.site`); an
+# unknown name renders text, as it always has (the CLI's choices never pass one).
+RENDERERS: Renderers[Alerts] = Renderers(
+    "history", ("text", "markdown", "json"), lambda: _TABLE, fallback="text"
+)
+
+
 def render(
     changes: list[Change],
     fmt: str,
@@ -193,20 +242,4 @@ def render(
     extra: dict | None = None,
 ) -> str:
     """The alerts (or, `everything`, all change points) table: text, markdown or json."""
-    if fmt == "json":
-        return json.dumps({**(extra or {}), "alerts": [c.as_dict() for c in changes]}, indent=2)
-    what = "change point" if everything else "regression"
-    if not changes:
-        return f"No {what} in {series} series."
-    rows = [HEADER] + [_cells(c) for c in changes]
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(r) + " |" for r in rows]
-        lines.insert(1, "|" + "|".join("---" for _ in HEADER) + "|")
-    else:
-        widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
-        lines = [" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
-                 for r in rows]  # fmt: skip
-    n_new = sum(1 for c in changes if c.regression and c.new)
-    lines.append("")
-    lines.append(f"{len(changes)} {what}(s) in {series} series, {n_new} new regression(s).")
-    return "\n".join(lines)
+    return RENDERERS.render(Alerts(changes, series, everything, extra or {}), fmt)
