@@ -1,148 +1,204 @@
-"""A graph-building environment for a GFlowNet, stepped for a whole batch at once.
+"""The fragment environment of gflownet's SEH task (``FragMolBuildingEnvContext``).
 
-Why this shape: upstream's workload (recursionpharma's gflownet, fragment-based molecule
-generation) builds a molecule of at most 9 fragments out of a vocabulary of 72, one
-action at a time: add a fragment attached to an existing one, connect two fragments, or
-stop. Here a state is a graph of at most ``max_nodes`` typed nodes (``num_types`` types)
-whose degree is capped (a valence), kept as dense tensors on the device for the whole
-batch (``types [B, M]``, ``adj [B, M, M]``), so that stepping 128 trajectories is a few
-tensor operations rather than 128 Python objects.
+A state is a tree of at most ``max_frags`` fragments (`fragments.FRAGMENTS`). Forward
+actions, as ``(type, row, column)`` of three logit tables, in gflownet's order:
 
-Actions of one state, in one fixed layout of ``action_dim(M, V)`` logits:
+* ``(0, 0, 0)`` Stop: legal once the graph has a node and every edge has both its
+  attachment atoms set;
+* ``(1, node, f)`` AddNode: a fragment of type ``f`` bonded to ``node`` (on the empty
+  graph: the first fragment, ``node`` 0); legal on a node with fewer edges than
+  attachment atoms, nowhere once ``max_frags`` fragments are there;
+* ``(2, edge, c)`` SetEdgeAttr: edge ``(u, v)``, ``u < v``, bonds through attachment atom
+  ``c`` of ``u`` (``c < S``) or ``c - S`` of ``v``, ``S`` the most attachment atoms of
+  any fragment; legal when that end is unset and the atom is not used by another edge.
 
-* ``0``: stop (legal once the graph has a node),
-* ``1 .. V``: the first node, of type ``t`` (legal on the empty graph only),
-* ``1 + V + m * V + t``: a new node of type ``t`` bonded to node ``m``,
-* ``1 + V + M * V + p``: a bond between the two nodes of pair ``p`` (``a < b``).
-
-After ``max_steps`` actions only stop is legal, so a trajectory has at most
-``max_steps + 1`` transitions.
+`featurise` builds the arrays gflownet's ``graph_to_Data`` builds (one-hot node types, the
+empty graph as one node flagged in the last column, edges in both directions with their
+attachment one-hots, the three masks). `to_mol` assembles the molecule atom-exactly with
+RDKit (fragments combined, single bonds between attachment atoms, one explicit H popped
+from each bonded atom, sanitised); `is_sane` is gflownet's validity test. The backward
+policy is uniform: `count_backward` counts the parents as gflownet's
+``count_backward_transitions`` does for these trees.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-import torch
-from torch import Tensor
+import numpy as np
+from fragments import FRAGMENTS
 
-
-def action_dim(max_nodes: int, num_types: int) -> int:
-    """Number of logits per state (see the module docstring)."""
-    return 1 + num_types + max_nodes * num_types + max_nodes * (max_nodes - 1) // 2
+STOP, ADD_NODE, SET_EDGE_ATTR = 0, 1, 2
 
 
 @dataclass
-class States:
-    """A batch of graphs: ``types`` (-1 where no node), ``adj`` (symmetric), ``n`` (nodes),
-    ``steps`` (actions taken so far)."""
+class FragGraph:
+    """A fragment tree: node types, edges ``(u, v)`` with ``u < v`` sorted by ``u`` then
+    ``v`` (networkx's order for these trees), and each edge's attachment indices ``[of u,
+    of v]`` (-1: not set yet)."""
 
-    types: Tensor
-    adj: Tensor
-    n: Tensor
-    steps: Tensor
-
-    def __getitem__(self, index: Tensor) -> States:
-        return States(self.types[index], self.adj[index], self.n[index], self.steps[index])
+    types: list[int] = field(default_factory=list)
+    edges: list[tuple[int, int]] = field(default_factory=list)
+    attach: list[list[int]] = field(default_factory=list)
+    cache: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
-        return self.types.size(0)
+        return len(self.types)
 
-    @staticmethod
-    def cat(parts: list[States]) -> States:
-        return States(
-            torch.cat([p.types for p in parts]),
-            torch.cat([p.adj for p in parts]),
-            torch.cat([p.n for p in parts]),
-            torch.cat([p.steps for p in parts]),
+    def copy(self) -> FragGraph:
+        return FragGraph(list(self.types), list(self.edges), [list(a) for a in self.attach])
+
+
+class FragEnv:
+    """The rules, the featurisation and the chemistry of the fragment task."""
+
+    def __init__(self, max_frags: int = 9, fragments: tuple = FRAGMENTS) -> None:
+        from rdkit import Chem, RDLogger
+
+        RDLogger.DisableLog("rdApp.*")  # as gflownet: invalid molecules are expected
+        self.max_frags = max_frags
+        self.smiles = [smi for smi, _ in fragments]
+        self.stems = [tuple(stems) for _, stems in fragments]
+        self.mols = [Chem.MolFromSmiles(smi) for smi in self.smiles]
+        self.num_atoms = [m.GetNumAtoms() for m in self.mols]
+        self.num_types = len(fragments)
+        self.num_stems = max(len(s) for s in self.stems)  # S
+        self.num_node_dim = self.num_types + 1
+        self.num_edge_dim = (self.num_stems + 1) * 2
+        self.num_edge_logits = self.num_stems * 2
+
+    # -- the rules ----------------------------------------------------------------------
+
+    def step(self, g: FragGraph, action: tuple[int, int, int]) -> FragGraph:
+        """The child of ``g`` by a legal forward action (not Stop); ValueError otherwise."""
+        kind, row, col = action
+        child = g.copy()
+        if kind == ADD_NODE:
+            if len(g) == 0:
+                child.types.append(col)
+                return child
+            if not 0 <= row < len(g) or len(g) >= self.max_frags:
+                raise ValueError(f"AddNode on node {row} of a {len(g)}-fragment graph")
+            # networkx's edge order, which gflownet's rows follow: by first end, then age
+            at = sum(u <= row for u, _ in g.edges)
+            child.types.append(col)
+            child.edges.insert(at, (row, len(g)))
+            child.attach.insert(at, [-1, -1])
+            return child
+        if kind == SET_EDGE_ATTR:
+            end, stem = divmod(col, self.num_stems)
+            if child.attach[row][end] >= 0:
+                raise ValueError(f"edge {row} already has its attachment {end}")
+            child.attach[row][end] = stem
+            return child
+        raise ValueError(f"not a forward action that changes the graph: {action}")
+
+    def count_backward(self, g: FragGraph) -> int:
+        """Parents of ``g`` (gflownet's count without the isomorphism check): one per set
+        attachment, one per leaf whose edge has none set, one for a lone fragment."""
+        if len(g) == 1:
+            return 1
+        degree = [0] * len(g)
+        for u, v in g.edges:
+            degree[u] += 1
+            degree[v] += 1
+        count = sum(a >= 0 for pair in g.attach for a in pair)
+        for (u, v), pair in zip(g.edges, g.attach, strict=True):
+            if pair == [-1, -1]:
+                count += (degree[u] == 1) + (degree[v] == 1)
+        return count
+
+    # -- what the policy sees -----------------------------------------------------------
+
+    def featurise(self, g: FragGraph) -> dict[str, np.ndarray]:
+        """gflownet's ``graph_to_Data`` arrays (cached on ``g``): ``x`` ``[max(1, n),
+        types+1]``, ``edge_index`` ``[2, 2E]`` (each edge then its reverse),
+        ``edge_attr`` ``[2E, 2(S+1)]``, ``stop_mask`` ``[1, 1]``, ``add_node_mask``
+        ``[max(1, n), types]``, ``set_edge_attr_mask`` ``[E, 2S]`` (float32 0/1)."""
+        if g.cache is not None:
+            return g.cache
+        n, e, s = len(g), len(g.edges), self.num_stems
+        x = np.zeros((max(1, n), self.num_node_dim), np.float32)
+        x[0, -1] = n == 0
+        x[np.arange(n), g.types] = 1
+        edge_attr = np.zeros((2 * e, self.num_edge_dim), np.float32)
+        edge_mask = np.zeros((e, self.num_edge_logits), np.float32)
+        degree = np.zeros(n, np.int64)
+        used: list[set[int]] = [set() for _ in range(n)]
+        for (u, v), (a, b) in zip(g.edges, g.attach, strict=True):
+            degree[u] += 1
+            degree[v] += 1
+            if a >= 0:
+                used[u].add(a)
+            if b >= 0:
+                used[v].add(b)
+        unfilled = False
+        for i, ((u, v), pair) in enumerate(zip(g.edges, g.attach, strict=True)):
+            for j, node in enumerate((u, v)):
+                idx = pair[j] + 1
+                edge_attr[2 * i, idx + (s + 1) * j] = 1
+                edge_attr[2 * i + 1, idx + (s + 1) * (1 - j)] = 1
+                if pair[j] < 0:
+                    unfilled = True
+                    for stem in range(len(self.stems[g.types[node]])):
+                        if stem not in used[node]:
+                            edge_mask[i, stem + s * j] = 1
+        edge_index = (
+            np.array([p for u, v in g.edges for p in ((u, v), (v, u))], np.int64).reshape(-1, 2).T
         )
+        if n == self.max_frags:
+            add_mask = np.zeros((n, self.num_types), np.float32)
+        elif n == 0:
+            add_mask = np.ones((1, self.num_types), np.float32)
+        else:
+            room = degree < np.array([len(self.stems[t]) for t in g.types])
+            add_mask = np.repeat(room.astype(np.float32)[:, None], self.num_types, axis=1)
+        stop = np.full((1, 1), 0.0 if unfilled or n == 0 else 1.0, np.float32)
+        g.cache = {
+            "x": x,
+            "edge_index": np.ascontiguousarray(edge_index),
+            "edge_attr": edge_attr,
+            "stop_mask": stop,
+            "add_node_mask": add_mask,
+            "set_edge_attr_mask": edge_mask,
+        }
+        return g.cache
 
+    # -- chemistry ----------------------------------------------------------------------
 
-class GraphBuildingEnv:
-    """The rules: legal-action masks, transitions and the backward-policy count."""
+    def to_mol(self, g: FragGraph) -> Any:
+        """The sanitised RDKit molecule of a complete graph (gflownet's ``graph_to_mol``);
+        raises (RDKit's error, or ValueError for an unset attachment) when it cannot."""
+        from rdkit import Chem
 
-    def __init__(
-        self,
-        max_nodes: int = 9,
-        num_types: int = 72,
-        max_degree: int = 4,
-        max_steps: int = 16,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        self.max_nodes = max_nodes
-        self.num_types = num_types
-        self.max_degree = max_degree
-        self.max_steps = max_steps
-        self.device = torch.device(device)
-        self.num_actions = action_dim(max_nodes, num_types)
-        pairs = torch.triu_indices(max_nodes, max_nodes, offset=1, device=self.device)
-        self.pair_a, self.pair_b = pairs[0], pairs[1]
-        self.node_base = 1 + num_types
-        self.edge_base = self.node_base + max_nodes * num_types
+        offsets = np.cumsum([0] + [self.num_atoms[t] for t in g.types])
+        combined = self.mols[g.types[0]]
+        for t in g.types[1:]:
+            combined = Chem.CombineMols(combined, self.mols[t])
+        editable = Chem.EditableMol(combined)
+        bonded: list[int] = []
+        for (u, v), (a, b) in zip(g.edges, g.attach, strict=True):
+            if a < 0 or b < 0:
+                raise ValueError("an edge without both attachment atoms")
+            atom_u = int(self.stems[g.types[u]][a] + offsets[u])
+            atom_v = int(self.stems[g.types[v]][b] + offsets[v])
+            bonded += [atom_u, atom_v]
+            editable.AddBond(atom_u, atom_v, Chem.BondType.SINGLE)
+        mol = editable.GetMol()
+        for idx in bonded:
+            atom = mol.GetAtomWithIdx(idx)
+            if atom.GetNumExplicitHs() > 0:
+                atom.SetNumExplicitHs(atom.GetNumExplicitHs() - 1)
+        Chem.SanitizeMol(mol)
+        return mol
 
-    def empty(self, batch: int) -> States:
-        m, dev = self.max_nodes, self.device
-        return States(
-            torch.full((batch, m), -1, dtype=torch.long, device=dev),
-            torch.zeros(batch, m, m, dtype=torch.bool, device=dev),
-            torch.zeros(batch, dtype=torch.long, device=dev),
-            torch.zeros(batch, dtype=torch.long, device=dev),
-        )
+    def is_sane(self, g: FragGraph) -> bool:
+        """gflownet's ``is_sane``: the molecule assembles, and its SMILES parses back."""
+        from rdkit import Chem
 
-    def legal(self, s: States) -> Tensor:
-        """``[B, num_actions]`` boolean mask of the legal actions of each state."""
-        b, m, v = len(s), self.max_nodes, self.num_types
-        degree = s.adj.sum(-1)
-        slot = torch.arange(m, device=self.device)
-        present = slot < s.n.unsqueeze(1)
-        has_room = (s.n < m).unsqueeze(1)
-        open_ = present & (degree < self.max_degree)
-        stop = (s.n > 0).unsqueeze(1)
-        first = (s.n == 0).unsqueeze(1).expand(b, v)
-        attach = (open_ & has_room).unsqueeze(2).expand(b, m, v).reshape(b, m * v)
-        a, c = self.pair_a, self.pair_b
-        bond = open_[:, a] & open_[:, c] & ~s.adj[:, a, c]
-        mask = torch.cat([stop, first, attach, bond], dim=1)
-        out_of_steps = (s.steps >= self.max_steps).unsqueeze(1)
-        only_stop = torch.zeros_like(mask)
-        only_stop[:, 0] = True
-        return torch.where(out_of_steps, only_stop & mask, mask)
-
-    def step(self, s: States, actions: Tensor) -> tuple[States, Tensor]:
-        """Apply one action per state; returns the new states and which ones stopped."""
-        types, adj, n = s.types.clone(), s.adj.clone(), s.n.clone()
-        rows = torch.arange(len(s), device=self.device)
-        stop = actions == 0
-        first = (actions >= 1) & (actions < self.node_base)
-        attach = (actions >= self.node_base) & (actions < self.edge_base)
-        bond = actions >= self.edge_base
-
-        code = (actions - 1).clamp_min(0)
-        types[rows[first], 0] = code[first]
-        node_code = (actions - self.node_base).clamp_min(0)
-        r, new = rows[attach], n[attach]
-        anchor = node_code[attach] // self.num_types
-        types[r, new] = node_code[attach] % self.num_types
-        adj[r, anchor, new] = True
-        adj[r, new, anchor] = True
-        pair = (actions - self.edge_base).clamp_min(0)[bond]
-        r = rows[bond]
-        adj[r, self.pair_a[pair], self.pair_b[pair]] = True
-        adj[r, self.pair_b[pair], self.pair_a[pair]] = True
-        n = n + (first | attach).long()
-        return States(types, adj, n, s.steps + 1), stop
-
-    def log_backward(self, child: States, stopped: Tensor) -> Tensor:
-        """log P_B(parent | child) of a uniform backward policy.
-
-        Its support would be every deletion that leads back to a valid (connected)
-        graph; we count the leaves (removable nodes) plus the bonds beyond a spanning
-        tree (each removable without disconnecting the graph), an approximation that
-        costs the same tensor work. A stop transition has one parent (log 1 = 0)."""
-        degree = child.adj.sum(-1)
-        present = torch.arange(self.max_nodes, device=self.device) < child.n.unsqueeze(1)
-        leaves = (present & (degree <= 1)).sum(1)
-        bonds = child.adj.sum((1, 2)) // 2
-        cycles = (bonds - (child.n - 1)).clamp_min(0)
-        count = (leaves + cycles).clamp_min(1).float()
-        return torch.where(stopped, torch.zeros_like(count), -torch.log(count))
+        try:
+            mol = self.to_mol(g)
+            return Chem.MolFromSmiles(Chem.MolToSmiles(mol)) is not None
+        except Exception:  # noqa: BLE001 - any RDKit failure makes the molecule invalid
+            return False

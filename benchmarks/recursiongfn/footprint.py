@@ -1,18 +1,22 @@
 """Memory of the recursiongfn entry per GPU and per node (`benchkit.memory`). The
 trajectories a step samples (their graphs and lengths) are data, which tensors without
 data cannot tell: the networks are small, so they are built on the CPU and one real step
-(sampling, the proxy, the batched forward and backward) over ``SMALL`` trajectories is
-measured, its activations scaled to the configured batch (each trajectory's graphs are
-its own: the step's memory grows with their number). Adam's two states per weight of
-the policy and log Z."""
+(sampling ``SMALL`` trajectories with the policy, the proxy's scores, the trajectory-
+balance forward and backward over every state graph) is measured, its activations scaled
+to the configured batch (each trajectory's graphs are its own). Trained: the policy with
+its log Z head (Adam's two states per weight); frozen: the sampling model (the policy's
+EMA copy) and the SEH proxy. The sampling workers hold no GPU memory (their network
+calls run in the training process).
+"""
 
 from __future__ import annotations
 
 import argparse
+import copy
 
 from benchkit.memory import Footprint, Workload, estimate, sibling_main
 
-SMALL = 32  # trajectories in the measured step
+SMALL = 16  # trajectories in the measured step
 
 
 def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Footprint:
@@ -20,27 +24,29 @@ def footprint(args: argparse.Namespace, world: int, ranks_per_node: int) -> Foot
     import torch
 
     bench = sibling_main(__file__)
-    from env import GraphBuildingEnv
-    from model import GraphTransformerPolicy, LogZ, Proxy, thermometer
+    from proxy import load_proxy
 
     small = min(SMALL, args.batch_size)
 
     def make() -> Workload:
-        cpu = torch.device("cpu")
-        env = GraphBuildingEnv(args.max_nodes, args.num_types, max_steps=args.max_steps, device=cpu)
-        policy = GraphTransformerPolicy(env, args.layer_width, args.num_layers, args.heads)
-        logz = LogZ(args.layer_width)
-        proxy = Proxy(args.num_types).eval()
-        cond = thermometer(torch.full((small,), args.beta))
+        env = bench.make_env(args)
+        model = bench.make_policy(args, env)
+        sampler_model = copy.deepcopy(model).requires_grad_(False)
+        proxy = load_proxy(None)
         run = bench.setup(argparse.Namespace(precision="fp32", device="cpu", threads=None))
+        calls = bench.handlers(sampler_model, proxy, run)
+        small_args = argparse.Namespace(**{**vars(args), "batch_size": small})
+        sampler = bench.make_sampler(small_args, log=False)
 
         def step() -> None:
-            traj = bench.sample(env, policy, cond, small)
-            bench.trajectory_balance(policy, logz, proxy, traj, cond, args.beta, run).backward()
+            arrays = sampler.sample(lambda name, a: calls[name](a))
+            batch = {k: torch.as_tensor(v) for k, v in arrays.items()}
+            bench.trajectory_balance(model, batch, run)[0].backward()
 
-        return Workload([policy, logz], step, frozen=[proxy])
+        return Workload([model], step, frozen=[sampler_model, proxy])
 
     with torch.random.fork_rng():
+        torch.manual_seed(0)
         return estimate(
             make,
             precision=args.precision,

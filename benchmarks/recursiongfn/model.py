@@ -1,158 +1,133 @@
-"""The GFlowNet's networks: a graph-transformer policy, a conditional log Z, a proxy.
+"""The policy: gflownet's ``GraphTransformerGFN`` (``models/graph_transformer.py``).
 
-The policy follows the design of upstream's graph transformer GFlowNet: node-type
-embeddings, one *virtual node* per graph carrying the conditioning (the reward
-temperature) and linked to every node (so the empty graph has something to read),
-``num_layers`` blocks of a multi-head `torch_geometric.nn.TransformerConv` with edge
-features (bond / virtual link), residual connections, layer norms and a feed-forward
-layer, then small MLP heads for the three kinds of actions of `env.GraphBuildingEnv`.
+`GraphTransformer`: node, edge and conditioning features embedded by 3-layer MLPs (width
+``num_emb``); one *virtual node* per graph holds the conditioning embedding and is linked
+both ways to every node of its graph (those links' features: 1 in the first column),
+self-loops added (features: the mean of the incoming ones). ``num_layers`` pre-LN blocks:
+graph-wise LayerNorm (no affine), `GENConv` (sum), `TransformerConv` (2 heads, edge
+features) over ``[h, GENConv(h)]``, a linear back to ``num_emb``, scaled and shifted by
+the block's FiLM of the conditioning, residual; then LayerNorm, a 4x feed-forward,
+residual. Graph embedding: mean of the node embeddings next to the virtual node's.
 
-The reward is a *proxy*: a fixed GNN with random weights (seeded, never trained), as
-upstream scores molecules with a fixed pretrained proxy network (which would have to be
-downloaded). Its output is squashed to ``(0, 1)``; ``log R = beta * log(proxy)``.
+`GraphTransformerGFN`: one linear head per forward action type (gflownet's default of no
+hidden MLP layer): Stop from the graph embedding, AddNode per node, SetEdgeAttr per edge
+from its two ends' embeddings (ordered), masked as gflownet masks (``x * m - 1000 (1 -
+m)``); a per-graph output head; ``logZ``, a 3-layer MLP of the conditioning (width
+``2 num_emb``). gflownet's torch_scatter calls are torch_geometric's or torch's here.
 """
 
 from __future__ import annotations
 
 import torch
-from env import GraphBuildingEnv, States
+from batching import GraphBatch
 from torch import Tensor, nn
 
-BOND, VIRTUAL = 0, 1
 
-
-def thermometer(beta: Tensor, bins: int = 32, high: float = 96.0) -> Tensor:
-    """``[B, bins]`` thermometer encoding of the temperature ``beta`` on ``[0, high]``."""
-    width = high / bins
-    edges = torch.arange(bins, device=beta.device, dtype=torch.float32) * width
-    return ((beta.unsqueeze(1) - edges) / width).clamp(0.0, 1.0)
-
-
-def mlp(inp: int, hidden: int, out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inp, hidden), nn.LeakyReLU(), nn.Linear(hidden, out))
-
-
-def to_graph(s: States, num_types: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """A torch_geometric-style batch of ``s``: node types (virtual nodes last, type
-    ``num_types``), ``edge_index``, edge kinds, graph of each node, and the mask of the
-    real nodes in the dense ``[B, M]`` layout (real node ``k`` is ``present.nonzero()[k]``)."""
-    b, m = s.types.shape
-    device = s.types.device
-    present = s.types >= 0
-    real = int(present.sum())
-    node_of = torch.zeros(b, m, dtype=torch.long, device=device)
-    node_of[present] = torch.arange(real, device=device)
-    graph_of_real = present.nonzero(as_tuple=True)[0]
-    virtual = real + torch.arange(b, device=device)
-
-    g, i, j = s.adj.nonzero(as_tuple=True)  # both directions: adj is symmetric
-    bonds = torch.stack([node_of[g, i], node_of[g, j]])
-    real_ids = torch.arange(real, device=device)
-    to_virtual = torch.stack([real_ids, virtual[graph_of_real]])
-    edge_index = torch.cat([bonds, to_virtual, to_virtual.flip(0)], dim=1)
-    kinds = torch.cat(
-        [
-            torch.full((bonds.size(1),), BOND, device=device),
-            torch.full((2 * real,), VIRTUAL, device=device),
-        ]
-    )
-    node_types = torch.cat([s.types[present], torch.full((b,), num_types, device=device)])
-    graph = torch.cat([graph_of_real, torch.arange(b, device=device)])
-    return node_types, edge_index, kinds, graph, present
+def mlp(n_in: int, n_hid: int, n_out: int, n_layer: int) -> nn.Sequential:
+    """Linear layers with LeakyReLU between them, ``n_layer`` hidden layers."""
+    sizes = [n_in] + [n_hid] * n_layer + [n_out]
+    layers: list[nn.Module] = []
+    for i in range(n_layer + 1):
+        layers += [nn.Linear(sizes[i], sizes[i + 1]), nn.LeakyReLU()]
+    return nn.Sequential(*layers[:-1])
 
 
 class Block(nn.Module):
-    """Attention over the graph's edges, then a feed-forward layer; both residual."""
+    """One transformer block (gflownet's seven modules per layer, same order)."""
 
-    def __init__(self, width: int, heads: int) -> None:
+    def __init__(self, num_emb: int, num_heads: int) -> None:
         super().__init__()
-        from torch_geometric.nn import TransformerConv
+        from torch_geometric.nn import GENConv, LayerNorm, TransformerConv
 
-        self.attn = TransformerConv(width, width // heads, heads=heads, edge_dim=width)
-        self.norm1 = nn.LayerNorm(width)
-        self.ff = mlp(width, 4 * width, width)
-        self.norm2 = nn.LayerNorm(width)
+        self.gen = GENConv(num_emb, num_emb, num_layers=1, aggr="add", norm=None)
+        self.trans = TransformerConv(num_emb * 2, num_emb, edge_dim=num_emb, heads=num_heads)
+        self.linear = nn.Linear(num_heads * num_emb, num_emb)
+        self.norm1 = LayerNorm(num_emb, affine=False)
+        self.ff = mlp(num_emb, num_emb * 4, num_emb, 1)
+        self.norm2 = LayerNorm(num_emb, affine=False)
+        self.cscale = nn.Linear(num_emb, num_emb * 2)
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
-        x = self.norm1(x + self.attn(x, edge_index, edge_attr))
-        return self.norm2(x + self.ff(x))
+    def forward(
+        self, o: Tensor, edge_index: Tensor, e: Tensor, c: Tensor, batch: Tensor, graphs: int
+    ) -> Tensor:
+        cs = self.cscale(c[batch])
+        o_norm = self.norm1(o, batch, batch_size=graphs)
+        agg = self.gen(o_norm, edge_index, e)
+        l_h = self.linear(self.trans(torch.cat([o_norm, agg], 1), edge_index, e))
+        scale, shift = cs[:, : l_h.shape[1]], cs[:, l_h.shape[1] :]
+        o = o + l_h * scale + shift
+        return o + self.ff(self.norm2(o, batch, batch_size=graphs))
 
 
-class GraphTransformerPolicy(nn.Module):
-    """Forward-policy logits ``[B, num_actions]`` (illegal actions at -inf)."""
+class GraphTransformer(nn.Module):
+    """Node embeddings ``[N, num_emb]`` and graph embeddings ``[G, 2 num_emb]``."""
 
-    def __init__(self, env: GraphBuildingEnv, width: int, layers: int, heads: int = 2) -> None:
+    def __init__(
+        self, x_dim: int, e_dim: int, g_dim: int, num_emb: int, num_layers: int, num_heads: int
+    ) -> None:
         super().__init__()
-        self.env = env
-        self.node_emb = nn.Embedding(env.num_types + 1, width)  # + the virtual node's type
-        self.edge_emb = nn.Embedding(2, width)
-        self.cond = mlp(32, width, width)
-        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
-        self.stop = mlp(width, width, 1)
-        self.first = mlp(width, width, env.num_types)
-        self.attach = mlp(2 * width, width, env.num_types)  # node and its graph
-        self.bond = mlp(width, width, 1)
+        self.x2h = mlp(x_dim, num_emb, num_emb, 2)
+        self.e2h = mlp(e_dim, num_emb, num_emb, 2)
+        self.c2h = mlp(g_dim, num_emb, num_emb, 2)
+        self.blocks = nn.ModuleList(Block(num_emb, num_heads) for _ in range(num_layers))
 
-    def forward(self, s: States, cond: Tensor) -> Tensor:
-        env = self.env
-        node_types, edge_index, kinds, graph, present = to_graph(s, env.num_types)
-        b, m = s.types.shape
-        x = self.node_emb(node_types)
-        real = x.size(0) - b
-        x = torch.cat([x[:real], x[real:] + self.cond(cond)])
-        edge_attr = self.edge_emb(kinds)
+    def forward(self, g: GraphBatch, cond: Tensor) -> tuple[Tensor, Tensor]:
+        from torch_geometric.nn import global_mean_pool
+        from torch_geometric.utils import add_self_loops
+
+        o, e, c = self.x2h(g.x), self.e2h(g.edge_attr), self.c2h(cond)
+        n, graphs = g.x.shape[0], cond.shape[0]
+        u = torch.arange(n, device=o.device)
+        v = g.batch + n
+        edge_index = torch.cat([g.edge_index, torch.stack([u, v]), torch.stack([v, u])], 1)
+        e_p = torch.zeros((n * 2, e.shape[1]), device=o.device, dtype=e.dtype)
+        e_p[:, 0] = 1  # the virtual links' features: a bias term
+        edge_index, e = add_self_loops(edge_index, torch.cat([e, e_p], 0), "mean", n + graphs)
+        batch = torch.cat([g.batch, torch.arange(graphs, device=o.device)], 0)
+        o = torch.cat([o, c], 0)
         for block in self.blocks:
-            x = block(x, edge_index, edge_attr)
-        nodes, glob = x[:real], x[real:]
+            o = block(o, edge_index, e, c, batch, graphs)
+        nodes = o[:n]
+        glob = torch.cat([global_mean_pool(nodes, g.batch, size=graphs), o[n:]], 1)
+        return nodes, glob
 
-        dense = x.new_zeros(b, m, x.size(1))
-        dense[present] = nodes
-        per_node = torch.cat([dense, glob.unsqueeze(1).expand(b, m, -1)], dim=-1)
-        pair = dense[:, env.pair_a] + dense[:, env.pair_b]
-        logits = torch.cat(
-            [
-                self.stop(glob),
-                self.first(glob),
-                self.attach(per_node).reshape(b, -1),
-                self.bond(pair).squeeze(-1),
-            ],
-            dim=1,
+
+class GraphTransformerGFN(nn.Module):
+    """Masked logits of the three forward action tables, and a per-graph output."""
+
+    def __init__(
+        self,
+        num_node_dim: int,
+        num_edge_dim: int,
+        num_cond_dim: int,
+        num_types: int,
+        num_edge_logits: int,
+        num_emb: int = 128,
+        num_layers: int = 4,
+        num_heads: int = 2,
+    ) -> None:
+        super().__init__()
+        self.transf = GraphTransformer(
+            num_node_dim, num_edge_dim, num_cond_dim, num_emb, num_layers, num_heads
         )
-        return logits.float().masked_fill(~env.legal(s), float("-inf"))
+        self.mlps = nn.ModuleDict(
+            {
+                "stop": mlp(num_emb * 2, num_emb, 1, 0),
+                "add_node": mlp(num_emb, num_emb, num_types, 0),
+                "set_edge_attr": mlp(num_emb * 2, num_emb, num_edge_logits, 0),
+            }
+        )
+        self.emb2graph_out = mlp(num_emb * 2, num_emb, 1, 0)
+        self.logZ = mlp(num_cond_dim, num_emb * 2, 1, 2)
 
-
-class LogZ(nn.Module):
-    """log of the partition function, conditioned on the temperature (as upstream)."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.net = mlp(32, width, 1)
-
-    def forward(self, cond: Tensor) -> Tensor:
-        return self.net(cond).squeeze(-1)
-
-
-class Proxy(nn.Module):
-    """The fixed reward model: a small GNN with random weights, never trained."""
-
-    def __init__(self, num_types: int, width: int = 64, layers: int = 2) -> None:
-        super().__init__()
-        from torch_geometric.nn import GraphConv
-
-        self.num_types = num_types
-        self.emb = nn.Embedding(num_types + 1, width)
-        self.convs = nn.ModuleList(GraphConv(width, width) for _ in range(layers))
-        self.out = mlp(width, width, 1)
-        self.requires_grad_(False)
-
-    def forward(self, s: States) -> Tensor:
-        """``(0, 1)`` score of each (final) graph."""
-        from torch_geometric.nn import global_add_pool
-
-        node_types, edge_index, kinds, graph, _ = to_graph(s, self.num_types)
-        bonds = edge_index[:, kinds == BOND]
-        x = self.emb(node_types)
-        for conv in self.convs:
-            x = torch.relu(conv(x, bonds))
-        pooled = global_add_pool(x, graph, size=len(s))
-        return torch.sigmoid(self.out(pooled).squeeze(-1) / 4.0)
+    def forward(self, g: GraphBatch, cond: Tensor) -> tuple[list[Tensor], Tensor]:
+        nodes, glob = self.transf(g, cond)
+        row, col = g.edge_index[:, ::2]  # each edge once (both directions are stored)
+        edges = torch.cat([nodes[row], nodes[col]], 1)
+        raw = [
+            self.mlps["stop"](glob),
+            self.mlps["add_node"](nodes),
+            self.mlps["set_edge_attr"](edges),
+        ]
+        logits = [x * m + -1000 * (1 - m) for x, m in zip(raw, g.masks(), strict=True)]
+        return logits, self.emb2graph_out(glob)

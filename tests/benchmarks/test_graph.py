@@ -10,7 +10,6 @@ records in the benchmark's unit, finite losses, the counted FLOPs declaration, a
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import math
 import sys
 from pathlib import Path
@@ -25,7 +24,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
 
 GEO = BENCHMARKS / "geo_gnn"
-GFN = BENCHMARKS / "recursiongfn"
 STOP = 3
 
 
@@ -180,13 +178,15 @@ def test_dimenet_needs_3d_and_data(tmp_path, python):
 
 
 def test_recursiongfn_trains_with_trajectory_balance(smoke: SmokeRun):
-    """The rate counts the nodes of every state graph of a step (upstream's item); the
-    trajectories are sampled by an EMA copy of the policy.
+    """gflownet's SEH fragment task: the rate counts the nodes of every state graph of a
+    step (upstream's item); the trajectories are sampled by an EMA copy of the policy in
+    worker processes (the environment and the proxy: test_recursiongfn.py).
     Reads the session's smoke run (entry ``recursiongfn``)."""
     assert smoke.command("recursiongfn")[1].endswith("benchmarks/recursiongfn/main.py")
     check_smoke(smoke, "recursiongfn", "nodes/s", min_flops=100)
     assert all(r["rate"] < 1e7 for r in smoke.rates("recursiongfn"))
-    assert "sampling tau 0.9" in smoke.stdout_of("recursiongfn")
+    out = smoke.stdout_of("recursiongfn")
+    assert "sampling tau 0.9" in out and "SEH fragments (72, at most 9)" in out
 
 
 # -- plain-torch graph operations --------------------------------------------------------
@@ -270,49 +270,3 @@ def test_dimenet_uses_the_plain_torch_ops():
     # Rotation invariance: a property of DimeNet that wrong edges or triplets would break.
     rotation, _ = torch.linalg.qr(torch.randn(3, 3, generator=gen))
     assert torch.allclose(model(z, pos @ rotation.T, batch), out, atol=1e-4)
-
-
-# -- the GFlowNet environment ------------------------------------------------------------
-
-
-def test_graph_building_env_rules():
-    env_mod = load(GFN / "env.py", "gfn_env")
-    env = env_mod.GraphBuildingEnv(max_nodes=4, num_types=3, max_degree=2, max_steps=6)
-    assert env.num_actions == env_mod.action_dim(4, 3) == 1 + 3 + 12 + 6
-    s = env.empty(2)
-    legal = env.legal(s)
-    assert legal[:, 1:4].all() and legal.sum().item() == 6  # only a first node
-    s, stopped = env.step(s, torch.tensor([1, 3]))  # types 0 and 2
-    assert s.n.tolist() == [1, 1] and s.types[:, 0].tolist() == [0, 2] and not stopped.any()
-    # attach type 1 to node 0, twice: a path 1 - 0 - 2
-    attach = env.node_base + 0 * env.num_types + 1
-    s, _ = env.step(s, torch.tensor([attach, attach]))
-    s, _ = env.step(s, torch.tensor([attach, 0]))
-    assert s.n.tolist() == [3, 2]
-    assert env.log_backward(s, torch.tensor([False, False])).tolist() == pytest.approx(
-        [-math.log(2), -math.log(2)]
-    )
-    legal = env.legal(s)
-    assert not legal[0, env.node_base : env.node_base + 3].any()  # node 0 is at max degree
-    pair = [(a, b) for a, b in itertools.combinations(range(4), 2)].index((1, 2))
-    assert legal[0, env.edge_base + pair]  # close the triangle 0-1-2
-    s, _ = env.step(s, torch.tensor([env.edge_base + pair, 0]))
-    assert s.adj[0].sum().item() == 6 and torch.equal(s.adj, s.adj.transpose(1, 2))
-
-
-def test_random_rollouts_stay_legal():
-    env_mod = load(GFN / "env.py", "gfn_env")
-    env = env_mod.GraphBuildingEnv(max_nodes=5, num_types=4, max_degree=3, max_steps=8)
-    gen = torch.Generator().manual_seed(0)
-    s = env.empty(64)
-    done = torch.zeros(64, dtype=torch.bool)
-    for _ in range(env.max_steps + 1):
-        legal = env.legal(s)
-        assert legal.any(1).all()
-        scores = torch.rand(legal.shape, generator=gen).masked_fill(~legal, -1)
-        s, stopped = env.step(s, scores.argmax(1))
-        done |= stopped
-        assert (s.adj.sum(-1) <= env.max_degree).all() and (s.n <= env.max_nodes).all()
-        present = torch.arange(env.max_nodes) < s.n.unsqueeze(1)
-        assert torch.equal(s.types >= 0, present)
-    assert done.all()  # stop is forced after max_steps

@@ -44,8 +44,10 @@ BOUNDARY_UNTIMED = {"vjepa", "geo_gnn", "llm"}
 # loader worker: llama generates from one wikitext-103 prompt at a time (1.8M lines, never
 # a second pass); rlhf's prompts are token lists in memory, batched without workers and
 # chained pass after pass as trl's ``repeat_generator`` chains them upstream (a new pass
-# costs a shuffle of a few thousand indices on both sides).
-NO_LOADER_PASSES = {"llama", "rlhf"}
+# costs a shuffle of a few thousand indices on both sides); recursiongfn's prepare fetches
+# the proxy's weights, and its workers sample new trajectories for every batch, as
+# gflownet's do (no data set, so no pass).
+NO_LOADER_PASSES = {"llama", "rlhf", "recursiongfn"}
 
 
 @dataclass(frozen=True)

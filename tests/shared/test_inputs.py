@@ -365,10 +365,14 @@ def test_an_unwritable_data_folder_is_one_line_per_input(hub):
 # -- plain URLs -----------------------------------------------------------------------------------
 
 
-def test_a_url_input_resumes_after_a_cut_and_is_verified(hub, tmp_path):
+def test_a_url_input_resumes_after_a_cut_and_is_verified(hub, tmp_path, monkeypatch):
     spec = catalogue.get("bengio2021flow-proxy")
     item = spec.files[0]
-    data = bytes(range(256)) * 4096  # 1 MiB
+    data = bytes(range(256)) * 4096  # 1 MiB, verified against a mirror's sha256 of it
+    mirror = tmp_path / "mirror.json"
+    files = [{"url": item.url, "path": item.path, "sha256": hashlib.sha256(data).hexdigest()}]
+    mirror.write_text(json.dumps({"inputs": {spec.name: {"files": files}}}))
+    monkeypatch.setenv(catalogue.OVERRIDE_VARIABLE, str(mirror))
     hub.add_url(item.url, data)
     key = "/" + item.url.split("//", 1)[1]
     hub.cut_once(key, at=300_000)
@@ -377,10 +381,20 @@ def test_a_url_input_resumes_after_a_cut_and_is_verified(hub, tmp_path):
 
     folder = found[spec.name]
     assert folder is not None and (folder / item.path).read_bytes() == data
-    assert read_manifest(folder)["revision"] == "master"
+    assert read_manifest(folder)["revision"] == catalogue.GFLOWNET_PROXY_COMMIT
     gets = hub.gets("/url/github.com/")
     assert len(gets) == 2 and gets[1].headers["range"] == "bytes=300000-"
     assert not (folder / f"{item.path}.part").exists()
+
+
+def test_the_proxy_weights_are_checked_against_their_pinned_sha256(hub, tmp_path):
+    spec = catalogue.get("bengio2021flow-proxy")
+    assert spec.files[0].sha256 and spec.revision in spec.files[0].url
+    hub.add_url(spec.files[0].url, b"not the proxy's weights")
+    err = io.StringIO()
+    assert fetch([spec.name], entry="recursiongfn", root=tmp_path, err=err) == {spec.name: None}
+    [line] = lines_of(err.getvalue())
+    assert "unavailable: bengio2021flow_proxy.pkl.gz: sha256 " in line, line
 
 
 def test_a_url_input_with_a_wrong_md5_is_refused(hub, tmp_path):

@@ -29,6 +29,9 @@ from typing import Any, Literal
 MAIN = "main"
 """The revision of an input not pinned to a commit (a known gap, docs/inputs.md)."""
 
+GFLOWNET_PROXY_COMMIT = "45dd2f90dbd4f433718eddde573010b225585a4c"
+"""The commit of GFNOrg/gflownet that wrote the SEH proxy's weights (2021-06-07)."""
+
 
 @dataclass(frozen=True)
 class HubInput:
@@ -366,14 +369,18 @@ _INPUTS: tuple[Input, ...] = (
         files=(
             UrlFile(
                 url=(
-                    "https://github.com/GFNOrg/gflownet/raw/master/"
-                    "mols/data/pretrained_proxy/best_params.pkl.gz"
+                    "https://github.com/GFNOrg/gflownet/raw/"
+                    f"{GFLOWNET_PROXY_COMMIT}/mols/data/pretrained_proxy/best_params.pkl.gz"
                 ),
                 path="bengio2021flow_proxy.pkl.gz",
+                sha256="f76ab480b62e23dda04fd45fefe0e7ae2374b3f8c3f18fb7e00651cad05b9e1f",
             ),
         ),
-        revision="master",
-        revision_source="not pinned: a branch of GFNOrg/gflownet (known gap)",
+        revision=GFLOWNET_PROXY_COMMIT,
+        revision_source=(
+            "the one commit of GFNOrg/gflownet's master that wrote the file, whose bytes"
+            " gflownet's load_original_model downloads from master (2,597,445 bytes)"
+        ),
         licence="MIT",
         licence_page="https://github.com/GFNOrg/gflownet/blob/master/LICENSE",
         upstream="recursiongfn SEH reward proxy (MPNNet weights)",
