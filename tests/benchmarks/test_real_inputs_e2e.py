@@ -7,35 +7,40 @@ a byte-level BPE, Alpaca records and a two-shard Llama-3.1-style checkpoint of t
 smoke size for the LLM entries, a tiny Llama checkpoint with its
 tokenizer and wikitext parquet shards, a tiny LLaVA checkpoint with its processor and an
 aokvqa parquet file, a tiny GPT-NeoX checkpoint with pythia's tokenizer and the
-descriptiveness prompts), each repository at a commit of its own: the site's mirror of
-docs/inputs.md, described by a ``MILABENCH_INPUTS_CATALOGUE`` file (those commits, those
+descriptiveness prompts), each repository at a commit of its own, and under its URL mirror
+the URL inputs (OGB's PCQM4Mv2 zip and conformers, the SEH proxy's weights): the site's
+mirror of docs/inputs.md, described by a ``MILABENCH_INPUTS_CATALOGUE`` file (those commits, those
 files and their sha256). A suite file over config/standard-smoke.yaml points the entries at
 the hub (``HF_HUB_OFFLINE=0``, ``HF_ENDPOINT``, ``MILABENCH_URL_MIRROR``, the catalogue
 file; ``parity: same``); prepare must fetch and verify every input (files, manifests, the
 hub's request log), the run must use them (``inputs`` records comparable) and the report
-must count the entries comparable with upstream. Then, on a second base with the smoke
-suite's ``HF_HUB_OFFLINE=1`` and nothing prepared: one ``milabench: input NAME for ENTRY
-unavailable`` line per missing input, runs that pass on their stand-ins, and a report that
-names each entry not comparable with the stand-in and the missing inputs.
+must count the entries comparable with upstream. Then the session's shared smoke run (the
+smoke suite's ``HF_HUB_OFFLINE=1``, nothing prepared) is read for the other case: one
+``milabench: input NAME for ENTRY unavailable`` line per missing input, runs that pass on
+their stand-ins, and a report that names each entry not comparable with the stand-in and
+the missing inputs.
 
 ``--use-current-env``: the test process's environment has every package these entries'
-real paths need. dimenet is left out: its real path needs RDKit, which that environment
-lacks (tests/benchmarks/test_geo_pcqm4mv2.py runs it in an environment that has it).
+real paths need (RDKit included: the test extra has it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import re
 import secrets
+import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import clirun
 import pytest
+from dimenetbases import seed_cache
 from hubserver import LFS_SUFFIXES, HubServer
 
 from .conftest import BENCHMARKS, ROOT
@@ -44,6 +49,7 @@ pytest.importorskip("peft")
 pytest.importorskip("tokenizers")
 pytest.importorskip("pyarrow")
 pytest.importorskip("PIL")
+pytest.importorskip("rdkit")  # dimenet's and pna's prepare, recursiongfn's molecules
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +68,10 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "llama": ("llama2-7b-chat", "llama2-tokenizer", "wikitext-103"),
     "llava-single": ("llava-1.5-7b", "the-cauldron-aokvqa"),
     "rlhf-single": ("pythia-1b-deduped", "pythia-160m", "descriptiveness-sentiment"),
+    # URL inputs, not hub repositories: PCQM4Mv2 from OGB's hosts, the SEH proxy from GitHub
+    "dimenet": ("pcqm4mv2",),
+    "pna": ("pcqm4mv2",),
+    "recursiongfn": ("bengio2021flow-proxy",),
 }
 #: What each entry's main.py says it ran instead (its ``inputs`` record's ``stand_in``).
 STAND_IN = {
@@ -72,8 +82,17 @@ STAND_IN = {
     "llava-single": "random-weight LLaVA",
     "rlhf-single": "random-weight models",
 }
+STAND_IN.update(
+    dict.fromkeys(["dimenet", "pna"], "generated PCQM4Mv2-shaped molecules"),
+    recursiongfn="the SEH proxy network with random weights",
+)
 #: The tiny aokvqa file has 4 rows: a batch of 2 (the smoke suite's 8 makes none).
-ARGV = {"llava-single": {"--batch-size": 2}}
+ARGV = {
+    "llava-single": {"--batch-size": 2},
+    # the tiny PCQM4Mv2 keeps 5 training molecules (test_geo_pcqm4mv2.py)
+    "dimenet": {"--num-samples": 5, "--batch-size": 2},
+    "pna": {"--num-samples": 5, "--batch-size": 2},
+}
 #: fetch's line for an input it cannot have (``--verbose`` prefixes it with ``[entry]``)
 UNAVAILABLE = re.compile(r"milabench: input (\S+) for (\S+) unavailable: (.+)$", re.M)
 
@@ -95,6 +114,7 @@ def tiny_inputs(work: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[s
 
     from benchshared import catalogue
 
+    from .test_geo_pcqm4mv2 import make_input as pcqm4mv2_input
     from .test_llama_real_inputs import make_inputs
     from .test_llava_real_inputs import build_dataset_input as llava_dataset
     from .test_llava_real_inputs import build_model_input as llava_model
@@ -133,8 +153,32 @@ def tiny_inputs(work: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[s
     for sub in ("llava", "rlhf"):
         for folder in sorted((work / sub).iterdir()):
             out[folder.name] = folder_files(folder)
+    out["pcqm4mv2"] = folder_files(pcqm4mv2_input(work / "geo"))
+    out["bengio2021flow-proxy"] = {
+        "bengio2021flow_proxy.pkl.gz": proxy_weights(work / "bengio2021flow_proxy.pkl.gz")
+    }
     assert set(out) == {n for names in ENTRIES.values() for n in names}
     return out
+
+
+def proxy_weights(path: Path) -> bytes:
+    """Random weights of recursiongfn's SEH proxy in load_original_model's format (the
+    writer of tests/benchmarks/test_recursiongfn.py), written to `path`."""
+    import torch
+
+    from .test_recursiongfn import GFN, write_params
+
+    sys.path.insert(0, str(GFN))
+    try:
+        proxy = importlib.import_module("proxy")
+        torch.manual_seed(5)
+        write_params(path, proxy.MPNNet(), proxy)
+    finally:
+        sys.path.remove(str(GFN))
+        for name, module in list(sys.modules.items()):  # its modules are top-level names
+            if str(getattr(module, "__file__", "")).startswith(str(GFN)):
+                del sys.modules[name]
+    return path.read_bytes()
 
 
 def publish(hub: HubServer, files: dict[str, dict[str, bytes]]) -> dict[str, Any]:
@@ -144,9 +188,23 @@ def publish(hub: HubServer, files: dict[str, dict[str, bytes]]) -> dict[str, Any
     from benchshared import catalogue
 
     by_repo: dict[str, list[str]] = {}
-    for name in files:
-        by_repo.setdefault(catalogue.CATALOGUE[name].repo_id, []).append(name)
     records: dict[str, Any] = {}
+    for name, content in files.items():
+        spec = catalogue.CATALOGUE[name]
+        if spec.kind == "url":  # the mirror's copy of each URL, with its own sha256
+            for item in spec.files:
+                hub.add_url(item.url, content[item.path])
+            records[name] = {
+                "revision": f"mirror-{secrets.token_hex(4)}",
+                "revision_source": "the test's loopback mirror",
+                "files": [
+                    {"url": item.url, "path": item.path,
+                     "sha256": hashlib.sha256(content[item.path]).hexdigest()}
+                    for item in spec.files
+                ],
+            }  # fmt: skip
+        else:
+            by_repo.setdefault(spec.repo_id, []).append(name)
     for repo_id, names in by_repo.items():
         spec = catalogue.CATALOGUE[names[0]]
         commit = secrets.token_hex(20)
@@ -176,12 +234,12 @@ def suite(path: Path, star: dict[str, Any]) -> Path:
 
 
 def milabench(*args: str, config: Path, base: Path, env: dict[str, str] | None = None,
-              timeout: float = 600) -> Any:  # fmt: skip
+              timeout: float = 600, select: Iterable[str] = ENTRIES) -> Any:  # fmt: skip
     """``milabench ARGS`` on `config` and `base` in the current environment, the entries
-    of `ENTRIES` selected."""
+    of `select` (default `ENTRIES`) selected."""
     return clirun.milabench(
         *args, "--config", str(config), "--base", str(base), "--use-current-env",
-        "--select", ",".join(ENTRIES), env=env, timeout=timeout,
+        "--select", ",".join(select), env=env, timeout=timeout,
     )  # fmt: skip
 
 
@@ -215,9 +273,13 @@ def run_and_check(config: Path, base: Path, env: dict[str, str] | None = None) -
     return base / "runs" / "e2e"
 
 
-def test_prepared_inputs_are_fetched_verified_used_and_counted_comparable(tmp_path, monkeypatch):
+def test_prepared_inputs_are_fetched_verified_used_and_counted_comparable(
+    tmp_path, tmp_path_factory, monkeypatch
+):
     """Prepare fetches every input from the mirror the override catalogue describes and
     verifies it; the runs use them and the report counts each entry comparable."""
+    from benchshared import catalogue
+
     start = time.monotonic()
     files = tiny_inputs(tmp_path / "build", monkeypatch)
     base = tmp_path / "base"
@@ -245,6 +307,11 @@ def test_prepared_inputs_are_fetched_verified_used_and_counted_comparable(tmp_pa
         asked = [(r.method, unquote(r.path)) for r in hub.requests]
         for name, content in files.items():
             revision = override["inputs"][name]["revision"]
+            spec = catalogue.CATALOGUE[name]
+            if spec.kind == "url":
+                for item in spec.files:
+                    assert ("GET", "/url/" + item.url.split("//", 1)[1]) in asked, item.url
+                continue
             for rel, data in content.items():
                 assert any(p.endswith(f"/resolve/{revision}/{rel}") for _, p in asked), (name, rel)
                 if rel.endswith(LFS_SUFFIXES):
@@ -263,6 +330,7 @@ def test_prepared_inputs_are_fetched_verified_used_and_counted_comparable(tmp_pa
         for rel, data in content.items():
             assert (folder / rel).read_bytes() == data, (name, rel)
 
+    seed_cache(tmp_path_factory, base / "cache")  # DimeNet's bases, made once a session
     run = run_and_check(config, base)
     for entry, names in ENTRIES.items():
         (record,) = inputs_records(run, entry)
@@ -275,39 +343,36 @@ def test_prepared_inputs_are_fetched_verified_used_and_counted_comparable(tmp_pa
     print(f"e2e with the mirror: {time.monotonic() - start:.0f} s")
 
 
-def test_offline_and_unprepared_each_input_is_one_line_and_not_comparable(tmp_path):
-    """The smoke suite's ``HF_HUB_OFFLINE=1`` and nothing prepared: prepare names each
-    missing input in one line, the runs pass on the stand-ins and the report gives each
-    entry as not comparable: the stand-in that ran and the inputs not prepared."""
-    start = time.monotonic()
-    base = tmp_path / "base"
-    config = suite(tmp_path / "offline.yaml", {"parity": "same"})
-    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": ""}  # nothing to reach
-    prep = milabench("prepare", "--verbose", config=config, base=base, env=env)
-    assert prep.returncode == 0, (prep.stdout[-4000:], prep.stderr[-4000:])
-    said = UNAVAILABLE.findall(prep.stdout + "\n" + prep.stderr)
-    expected = sorted((name, entry) for entry, names in ENTRIES.items() for name in names)
-    assert sorted((name, entry) for name, entry, _ in said) == expected, said
-    assert all(cause.startswith("offline (HF_HUB_OFFLINE=1)") for _, _, cause in said), said
-    # the same lines, and no other, in the prepare steps' stderr files of the run folder
-    (logs,) = (base / "runs").glob("prepare.*")
-    for entry, names in ENTRIES.items():
+def test_offline_and_unprepared_each_input_is_one_line_and_not_comparable(smoke, tmp_path):
+    """The shared smoke run (tests/benchmarks/smokerun.py: the smoke suite's
+    ``HF_HUB_OFFLINE=1``, nothing prepared) is this case for every entry that reads
+    upstream's inputs, hub and URL ones: its prepare named each missing input in one line,
+    in the prepare steps' stderr files; the runs passed on the stand-ins; and its report,
+    read with ``parity: same``, gives each entry as not comparable: the stand-in that ran
+    and the inputs not prepared."""
+    entries = ENTRIES
+    (logs,) = (smoke.base / "runs").glob("prepare.*")
+    for entry, names in entries.items():
         lines = (logs / f"{entry}.stderr").read_text().splitlines()
-        assert [UNAVAILABLE.fullmatch(line)[1] for line in lines] == list(names), lines
-    assert not (base / "data" / "inputs").exists() or not any(
-        (base / "data" / "inputs").rglob("milabench-input.json")
-    )
+        found = [UNAVAILABLE.fullmatch(line) for line in lines]
+        assert all(found) and [m[1] for m in found] == list(names), lines
+        assert all(m[3].startswith("offline (HF_HUB_OFFLINE=1)") for m in found), lines
+    assert not any((smoke.base / "data" / "inputs").rglob("milabench-input.json"))
 
-    run = run_and_check(config, base, env=env)
-    for entry, names in ENTRIES.items():
-        (record,) = inputs_records(run, entry)
+    for entry, names in entries.items():
+        row = smoke.rows()[entry]
+        assert row["fail"] == 0 and row["n"] >= 1, row
+        (record,) = inputs_records(smoke.folder, entry)
         assert record["comparable"] is False and sorted(record["missing"]) == sorted(names)
         assert STAND_IN[entry] in record["stand_in"], record
-    upstream = upstream_report(config, base, "e2e")
+    config = suite(tmp_path / "offline.yaml", {"parity": "same"})
+    done = milabench("report", "--runs", str(smoke.folder), "--format", "json",
+                     config=config, base=smoke.base, timeout=300, select=entries)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    upstream = json.loads(done.stdout)["upstream"]
     reasons = {o["name"]: o["reason"] for o in upstream["not_comparable"]}
-    assert not set(ENTRIES) & set(upstream["comparable"]), upstream
-    for entry, names in ENTRIES.items():
+    assert not set(entries) & set(upstream["comparable"]), upstream
+    for entry, names in entries.items():
         reason = reasons[entry]
         assert reason.startswith("ran ") and STAND_IN[entry] in reason, reason
         assert reason.endswith(" not prepared)") and all(n in reason for n in names), reason
-    print(f"e2e offline: {time.monotonic() - start:.0f} s")
