@@ -247,6 +247,23 @@ def read_image(path: Path) -> Image:
 # ------------------------------------------------------- inputs: milabench and entries
 
 
+#: The comment that marks a requirement read only on upstream's real inputs (its modules are
+#: imported inside the real-input paths): ``pyarrow  # inputs-only: ...``. The GPU machine
+#: reaches no hub, so its entries run their stand-ins, which never import it: not carried.
+INPUTS_ONLY = re.compile(r"#\s*inputs-only\b")
+
+
+def inputs_only(path: Path) -> set[str]:
+    """Canonical names of the requirements of `path` (not its includes) marked
+    `INPUTS_ONLY`."""
+    names = set()
+    for raw in path.read_text().splitlines():
+        if INPUTS_ONLY.search(raw):
+            requirement = re.sub(r"(^|\s)#.*$", "", raw).strip()
+            names.add(canonical(Requirement(requirement).name))
+    return names
+
+
 def read_requirements(path: Path, _seen: frozenset[Path] = frozenset()) -> list[Requirement]:
     """The requirements of a pip requirements file (``-r`` followed, options skipped)."""
     path = path.resolve()
@@ -287,6 +304,7 @@ class EntryNeeds:
     name: str
     requirements: list[Requirement]
     source: str  # the requirement file, relative to the repository
+    inputs_only: list[str] = field(default_factory=list)  # left out: see `INPUTS_ONLY`
 
 
 def entry_needs(config: Path, select: Sequence[str], variant: str) -> list[EntryNeeds]:
@@ -314,14 +332,15 @@ def entry_needs(config: Path, select: Sequence[str], variant: str) -> list[Entry
     for name in order:
         pack = load_pack(suite.entries[name], suite.system)
         source = pack.pin_input(variant)
-        reqs = read_requirements(source)
+        skipped = inputs_only(source)
+        reqs = [r for r in read_requirements(source) if canonical(r.name) not in skipped]
         if pack.voirfile is not None:
             reqs += [Requirement(s) for s in pyproject_specs(VOIR_NEEDS)]
         try:
             shown = str(source.resolve().relative_to(REPO))
         except ValueError:
             shown = str(source)
-        out.append(EntryNeeds(name, reqs, shown))
+        out.append(EntryNeeds(name, reqs, shown, sorted(skipped)))
     return out
 
 
@@ -727,6 +746,7 @@ def build(opts: Options, log: Callable[[str], None] = print) -> dict:
         for project in fit.kept:
             shutil.copy2(files[project], opts.out / "wheels" / files[project].name)
         manifest = _manifest(opts, target, limit, pip_wheel.name, fit, files, sizes, graph)
+        manifest["inputs_only"] = {e.name: e.inputs_only for e in needs if e.inputs_only}
         write_manifest(opts.out, manifest)
         if manifest["total_bytes"] > limit:  # the manifest outgrew its room: never expected
             raise WheelhouseError(f"{opts.out} takes {mib(manifest['total_bytes'])} MiB, "
@@ -876,5 +896,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                            or "nothing beyond the image"))  # fmt: skip
     for line in manifest["_left_out_lines"]:
         print(f"left out: {line}")
+    by_project: dict[str, list[str]] = {}
+    for entry, projects in manifest["inputs_only"].items():
+        for project in projects:
+            by_project.setdefault(project, []).append(entry)
+    for project, entries in sorted(by_project.items()):
+        print(f"not carried: {project} (read only on upstream's inputs, which the GPU machine "
+              f"cannot fetch; {', '.join(entries)} run their stand-ins)")  # fmt: skip
     print("covered: " + (", ".join(manifest["entries"]) or "no entry"))
     return 0

@@ -303,3 +303,45 @@ def test_a_wheelhouse_installs_with_its_own_pip_into_a_python_3_12_venv_without_
     assert probe.returncode == 0, probe.stderr
     answer, path, version = probe.stdout.split(" ", 2)
     assert answer == "42" and path.startswith(str(site)) and version.strip() == "(3, 12)"
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The top-level package of every import of `path` outside a function body."""
+    import ast
+
+    found: set[str] = set()
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                found.add(child.module.split(".")[0])
+            walk(child)
+
+    walk(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_what_is_marked_inputs_only_is_imported_only_inside_functions():
+    """A requirement marked ``# inputs-only`` is not carried to the GPU machine, whose entries
+    run their stand-ins: so no file of its benchmark folder imports it when loaded."""
+    marked = {
+        folder: wh.inputs_only(folder / "requirements.in")
+        for folder in sorted((ROOT / "benchmarks").iterdir())
+        if (folder / "requirements.in").is_file()
+    }
+    assert {f.name for f, names in marked.items() if "pyarrow" in names} == {
+        "llama", "llava", "llm", "rlhf"
+    }  # fmt: skip
+    assert "rdkit" in marked[ROOT / "benchmarks" / "geo_gnn"]
+    assert "rdkit" not in marked[ROOT / "benchmarks" / "recursiongfn"]  # its molecules
+    for folder, names in marked.items():
+        for path in folder.rglob("*.py"):
+            assert not _top_level_imports(path) & names, (path, names)
+    # and the wheelhouse leaves them out of each entry's needs
+    needs = wh.entry_needs(ROOT / "config" / "standard.yaml", ["llm-lora-single"], "cuda")
+    assert needs[0].inputs_only == ["pyarrow"]
+    assert "pyarrow" not in {wh.canonical(r.name) for r in needs[0].requirements}
