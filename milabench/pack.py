@@ -79,6 +79,25 @@ def requirement_names(path: Path, _seen: frozenset[Path] = frozenset()) -> list[
     return names
 
 
+INPUTS_ONLY = re.compile(r"#\s*inputs-only\b")
+"""The comment marking a requirement that only upstream's real inputs need (its modules
+are imported where those are read): ``pyarrow  # inputs-only: ...``. Without it the
+benchmark runs its stand-in, so it is no key import, and first light does not carry it."""
+
+
+def inputs_only_names(path: Path) -> set[str]:
+    """Canonical names of the requirements of `path` (not of its includes) marked
+    `INPUTS_ONLY`; empty when the file does not exist."""
+    if not path.is_file():
+        return set()
+    names = set()
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        match = _REQ_NAME.match(raw.split("#", 1)[0])
+        if match and INPUTS_ONLY.search(raw):
+            names.add(_canonical(match.group(1)))
+    return names
+
+
 def _canonical(name: str) -> str:
     """PEP 503 normalised distribution name (``Pillow`` == ``pillow``, ``a_b`` == ``a-b``)."""
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -206,10 +225,14 @@ class BenchmarkPackage:
         variant may leave a package out on purpose (the ``cpu`` pins of the vision folders
         have no torchvision: PyPI's wheel is a CUDA build that fails at import next to the
         CPU torch) or add one (JAX's CUDA plugin), and validating an import that was never
-        installed would fail the group. A benchfile's own `key_imports` win."""
+        installed would fail the group. Requirements marked `INPUTS_ONLY` are left out:
+        the environment runs the stand-ins without them. A benchfile's own `key_imports`
+        win."""
         if type(self).key_imports is not BenchmarkPackage.key_imports:
             return list(self.key_imports)
-        names = requirement_names(self.pin_input(variant))
+        source = self.pin_input(variant)
+        skip = inputs_only_names(source)
+        names = [n for n in requirement_names(source) if _canonical(n) not in skip]
         pinned_file = Path(self.requirements_file(variant))
         if pinned_file.is_file():
             pinned = {_canonical(n) for n in requirement_names(pinned_file)}

@@ -247,21 +247,13 @@ def read_image(path: Path) -> Image:
 # ------------------------------------------------------- inputs: milabench and entries
 
 
-#: The comment that marks a requirement read only on upstream's real inputs (its modules are
-#: imported inside the real-input paths): ``pyarrow  # inputs-only: ...``. The GPU machine
-#: reaches no hub, so its entries run their stand-ins, which never import it: not carried.
-INPUTS_ONLY = re.compile(r"#\s*inputs-only\b")
-
-
 def inputs_only(path: Path) -> set[str]:
-    """Canonical names of the requirements of `path` (not its includes) marked
-    `INPUTS_ONLY`."""
-    names = set()
-    for raw in path.read_text().splitlines():
-        if INPUTS_ONLY.search(raw):
-            requirement = re.sub(r"(^|\s)#.*$", "", raw).strip()
-            names.add(canonical(Requirement(requirement).name))
-    return names
+    """Canonical names of the requirements of `path` marked ``# inputs-only``
+    (`milabench.pack.INPUTS_ONLY`): read only on upstream's real inputs, which the GPU
+    machine cannot fetch, so its entries run their stand-ins without them: not carried."""
+    from milabench.pack import inputs_only_names
+
+    return inputs_only_names(path)
 
 
 def read_requirements(path: Path, _seen: frozenset[Path] = frozenset()) -> list[Requirement]:

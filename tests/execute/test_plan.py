@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from milabench.errors import ConfigError
-from milabench.pack import BenchmarkPackage, import_name, load_pack, requirement_names
+from milabench.pack import (
+    BenchmarkPackage,
+    import_name,
+    inputs_only_names,
+    load_pack,
+    requirement_names,
+)
 from milabench.plan import (
     NJobs,
     PerGPU,
@@ -253,3 +259,18 @@ def test_pack_files_and_benchfile(tmp_path):
     (broken / "benchfile.py").write_text("__pack__ = 3\n")
     with pytest.raises(ConfigError, match="benchfile.py: __pack__ must be"):
         load_pack(make_entry("broken", tmp_path, definition=broken), cpu_system())
+
+
+def test_inputs_only_requirements_are_no_key_imports(tmp_path):
+    """A requirement marked ``# inputs-only`` is installed but not validated: without it
+    the benchmark runs its stand-in (an environment without pyarrow still works)."""
+    folder = tmp_path / "b"
+    folder.mkdir()
+    (folder / "main.py").write_text("")
+    (folder / "requirements.in").write_text(
+        "torch\npyarrow  # inputs-only: read with upstream's inputs only\nPyYAML # yaml\n"
+    )
+    pack = load_pack(make_entry("b", tmp_path, definition=folder), cpu_system())
+    assert inputs_only_names(folder / "requirements.in") == {"pyarrow"}
+    assert requirement_names(folder / "requirements.in") == ["torch", "pyarrow", "PyYAML"]
+    assert pack.key_imports_for("cuda") == ["torch", "yaml"]
