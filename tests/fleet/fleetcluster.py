@@ -263,6 +263,54 @@ def run_fleet(c, argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+# How far apart two nodes of equal quota may measure for a rate test's premise to hold
+# (`run_fleet_measured`): here they measure 2-3% apart, but once in CI (2026-11-29) node0
+# measured 0.0314 and node1 0.0418 Tflops (25% below) with the same quota, and the slow
+# rule, whose spread is the MAD of the two other nodes, rightly did not flag node2 at
+# 0.47x: the window was disturbed, not the rule wrong.
+EQUAL_NODES_APART = 0.15
+ATTEMPTS = 2  # a disturbed window is measured once more, never more
+
+
+def equal_nodes_apart(folder: Path, names: tuple[str, ...], bench: str) -> float | None:
+    """How far apart the rates of ``bench`` on ``names`` are in the fleet of ``folder``
+    (1 - lowest / highest); None when one of them has no rate."""
+    from milabench.fleet.report import load_fleet
+
+    cells = [node.cells.get(bench) for node in load_fleet(folder).nodes if node.name in names]
+    rates = [c.rate for c in cells if c is not None and c.rate]
+    if len(rates) != len(names):
+        return None
+    return 1 - min(rates) / max(rates)
+
+
+def run_fleet_measured(
+    c, argv_for, base: Path, equal: tuple[str, ...]
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """A rate test's fleet run, ``argv_for(base)`` under ``base/attempt-N``, and its folder.
+
+    The rate tests' premise is that nodes of equal quota (``equal``) measure equal, within
+    `EQUAL_NODES_APART`: three nodes on two shared cores are disturbed now and then by what
+    the machine does meanwhile. When they measured further apart, the window said nothing
+    about the rule under test; it is printed and measured once more (`ATTEMPTS`). The
+    last attempt is returned whatever it measured, for the test's assertions."""
+    for attempt in range(1, ATTEMPTS + 1):
+        where = base / f"attempt-{attempt}"
+        done = run_fleet(c, argv_for(where))
+        print(done.stdout)
+        print(done.stderr, file=sys.stderr)
+        (folder,) = fleet_folders(where)
+        apart = equal_nodes_apart(folder, equal, "flops-fp32")
+        if apart is None or apart <= EQUAL_NODES_APART or attempt == ATTEMPTS:
+            return done, folder
+        print(
+            f"attempt {attempt}: nodes of equal quota {', '.join(equal)} measured "
+            f"{apart:.0%} apart (premise: at most {EQUAL_NODES_APART:.0%}): measured again",
+            file=sys.stderr,
+        )
+    raise AssertionError("unreachable")
+
+
 def fleet_report(folder: Path):
     """The fleet report of ``folder`` under the tests' thresholds (`MIN_GAP`), built by the
     report module itself: the tests assert its flags, not the layout of a table."""

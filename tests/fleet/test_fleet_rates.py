@@ -5,14 +5,15 @@ The equal nodes come first: they install the nodes' environments at the healthy 
 which the throttled node then finds up to date (installing at a fifth of a CPU took
 half a minute). Both tests compare rates measured at the same time on this machine, so
 they are quiet (tests/concurrency.py: the nodes' cgroups are made under the worker's
-group, in the foreground); the fleet's other behaviours (lost, unreachable and silent
+group, in the foreground), and their premise, nodes of equal quota measuring equal, is
+checked: a window the machine disturbed is measured once more
+(`fleetcluster.run_fleet_measured`); the fleet's other behaviours (lost, unreachable and silent
 nodes, signals, folders) are in test_fleet_nodes.py, whose nodes take the background.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 from fleetcluster import (
@@ -23,12 +24,11 @@ from fleetcluster import (
     assert_nothing_left,
     by_name,
     fleet_argv,
-    fleet_folders,
     fleet_report,
     node_sees,
     read_fleet,
     run_files,
-    run_fleet,
+    run_fleet_measured,
 )
 from systemtools import cannot_run_here
 
@@ -60,14 +60,15 @@ def test_fleet_without_throttle_passes(fleet_cluster, tmp_path):
             [c.entry(c.node0), c.entry(c.node1), c.entry(c.node2)],
             cpus=1,
         )
-        base = c.main / "healthy"
-        done = run_fleet(c, fleet_argv(c, system, base, "--min-gap", MIN_GAP, *SHORT))
+        done, folder = run_fleet_measured(
+            c,
+            lambda base: fleet_argv(c, system, base, "--min-gap", MIN_GAP, *SHORT),
+            c.main / "healthy",
+            equal=("node0", "node1", "node2"),
+        )
     finally:
         if c.node2.cgroup is not None:
             c.node2.cgroup.set_quota(THROTTLE_QUOTA_US)
-    print(done.stdout)
-    print(done.stderr, file=sys.stderr)
-    (folder,) = fleet_folders(base)
     doc = read_fleet(folder)
     report = fleet_report(folder)
     assert done.returncode == 0, (done.stdout + done.stderr, [f.reason for f in report.flagged])
@@ -111,13 +112,14 @@ def test_fleet_flags_exactly_the_throttled_node(fleet_cluster, tmp_path):
         [c.entry(c.node0), c.entry(c.node1), c.entry(c.node2)],
         cpus=1,
     )
-    base = c.main / "throttled"
     throttled_before = c.node2.cgroup.throttled_periods()
-    done = run_fleet(c, fleet_argv(c, system, base, "--min-gap", MIN_GAP, *SHORT))
-    print(done.stdout)
-    print(done.stderr, file=sys.stderr)
+    done, folder = run_fleet_measured(
+        c,
+        lambda base: fleet_argv(c, system, base, "--min-gap", MIN_GAP, *SHORT),
+        c.main / "throttled",
+        equal=("node0", "node1"),
+    )
     assert done.returncode == 1, done.stdout + done.stderr
-    (folder,) = fleet_folders(base)
     doc = read_fleet(folder)
     nodes = by_name(doc)
     assert {n: v["status"] for n, v in nodes.items()} == {
