@@ -14,8 +14,9 @@ command: `pytest_xdist_auto_num_workers`) without one test disturbing another.
   worker, and it waits for the running ones to end. Files holding one run last. Without
   an idle group (no writable cgroup v1 ``cpu`` controller) the quiet tests run alone too,
   at the end of the session.
-* **Ordering.** The longest ordinary files (`FIRST_FILES`) start first, the files
-  reading the shared smoke run (the ``smoke`` fixture) after the other ordinary ones.
+* **Ordering.** The smoke run's file first, then within each part (the lane, the
+  ordinary files, the files reading the shared smoke run (the ``smoke`` fixture) after
+  the other ordinary ones, the alone files) the longest files first (`COSTS_FILE`).
 * **OpenMP threads sleep when they wait** (`OPENMP_WAIT`): every process of the session
   and everything it starts gets ``OMP_WAIT_POLICY=PASSIVE`` unless it was set.
 * **One apt-get at a time** (`machine_lock`): dpkg takes a lock of its own and a second
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import tempfile
 import uuid
@@ -71,13 +73,16 @@ ALONE_FILES = frozenset(
     }
 )
 
-# The longest ordinary files, started first: each overlaps the rest of the suite on the
-# other workers instead of ending it alone.
-FIRST_FILES = (
-    "tests/benchmarks/test_standard_smoke.py",  # every standard entry, installed and run
-    "tests/benchmarks/test_memory_estimates.py",  # every entry built on the meta device
-    "tests/envs/test_pins_reproduce.py",
-)
+# The file that makes the shared smoke run (every standard entry installed and run, the
+# session's longest file): handed out first.
+SMOKE_FILE = "tests/benchmarks/test_standard_smoke.py"
+# Seconds a worker spent on each test file, measured (scripts/test_costs.py): within each
+# part of the session the longest files start first, so that each overlaps the rest of
+# the suite on the other workers instead of ending it alone (longest processing time
+# first).
+# ``MILABENCH_TEST_COSTS=<file>`` reads another table (one measured on another machine).
+COSTS_FILE = Path(__file__).with_name("file_costs.json")
+COSTS_ENV = "MILABENCH_TEST_COSTS"
 
 # The early-stop grace (``MILABENCH_RUN_EARLY_STOP_GRACE``) of the runs of ordinary
 # tests: a stopped benchmark leaves by itself at once, the grace only bounds one that does
@@ -233,16 +238,30 @@ def machine_slot(kind: str) -> Iterator[None]:
         yield
 
 
-def _order(rel: str, reads_smoke: bool, kind: str) -> int:
-    """Smoke run first, the quiet lane beside it, the other first files, the ordinary
-    files, the smoke run's readers, then the files holding an alone test."""
-    if kind == ALONE:
-        return len(FIRST_FILES) + 3
-    if rel in FIRST_FILES:  # the lane (1) starts second: beside the smoke run, not after it
-        return FIRST_FILES.index(rel) + (1 if rel != FIRST_FILES[0] else 0)
-    if rel in QUIET_FILES:
-        return 1
-    return len(FIRST_FILES) + 1 + (1 if reads_smoke else 0)
+def file_costs(path: Path | None = None) -> dict[str, float]:
+    """The measured seconds of the longest test files (``path``, else `COSTS_ENV`'s file,
+    else `COSTS_FILE`); {} without the table."""
+    path = path or Path(os.environ.get(COSTS_ENV) or COSTS_FILE)
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        return {name: float(cost["wall"]) for name, cost in files.items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _order(rel: str, reads_smoke: bool, kind: str, costs: dict[str, float]) -> tuple:
+    """Smoke run first, the quiet lane beside it, the ordinary files, the smoke run's
+    readers, then the files holding an alone test; within each part the longest file
+    first (`COSTS_FILE`), the others as collected."""
+    if rel == SMOKE_FILE:
+        part = 0
+    elif kind == ALONE:
+        part = 4
+    elif rel in QUIET_FILES:
+        part = 1
+    else:
+        part = 3 if reads_smoke else 2
+    return (part, -costs.get(rel, 0.0))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -272,9 +291,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
             smoke_files.add(rel)
         rel_of[item.nodeid] = rel
+    costs = file_costs()
     items.sort(
         key=lambda item: _order(
-            rel := rel_of[item.nodeid], rel in smoke_files, kind_of.get(rel, "")
+            rel := rel_of[item.nodeid], rel in smoke_files, kind_of.get(rel, ""), costs
         )
     )
 

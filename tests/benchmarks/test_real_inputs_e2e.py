@@ -14,11 +14,9 @@ files and their sha256). A suite file over config/standard-smoke.yaml points the
 the hub (``HF_HUB_OFFLINE=0``, ``HF_ENDPOINT``, ``MILABENCH_URL_MIRROR``, the catalogue
 file; ``parity: same``); prepare must fetch and verify every input (files, manifests, the
 hub's request log), the run must use them (``inputs`` records comparable) and the report
-must count the entries comparable with upstream. Then the session's shared smoke run (the
-smoke suite's ``HF_HUB_OFFLINE=1``, nothing prepared) is read for the other case: one
-``milabench: input NAME for ENTRY unavailable`` line per missing input, runs that pass on
-their stand-ins, and a report that names each entry not comparable with the stand-in and
-the missing inputs.
+must count the entries comparable with upstream. The other case, every input missing,
+is test_real_inputs_offline.py (it reads the session's shared smoke run: a file of its
+own, so that this one, which needs no smoke run, starts early in the session).
 
 ``--use-current-env``: the test process's environment has every package these entries'
 real paths need (RDKit included: the test extra has it).
@@ -341,38 +339,3 @@ def test_prepared_inputs_are_fetched_verified_used_and_counted_comparable(
     assert set(ENTRIES) <= set(upstream["comparable"]), upstream
     assert not {o["name"] for o in upstream["not_comparable"]} & set(ENTRIES), upstream
     print(f"e2e with the mirror: {time.monotonic() - start:.0f} s")
-
-
-def test_offline_and_unprepared_each_input_is_one_line_and_not_comparable(smoke, tmp_path):
-    """The shared smoke run (tests/benchmarks/smokerun.py: the smoke suite's
-    ``HF_HUB_OFFLINE=1``, nothing prepared) is this case for every entry that reads
-    upstream's inputs, hub and URL ones: its prepare named each missing input in one line,
-    in the prepare steps' stderr files; the runs passed on the stand-ins; and its report,
-    read with ``parity: same``, gives each entry as not comparable: the stand-in that ran
-    and the inputs not prepared."""
-    entries = ENTRIES
-    (logs,) = (smoke.base / "runs").glob("prepare.*")
-    for entry, names in entries.items():
-        lines = (logs / f"{entry}.stderr").read_text().splitlines()
-        found = [UNAVAILABLE.fullmatch(line) for line in lines]
-        assert all(found) and [m[1] for m in found] == list(names), lines
-        assert all(m[3].startswith("offline (HF_HUB_OFFLINE=1)") for m in found), lines
-    assert not any((smoke.base / "data" / "inputs").rglob("milabench-input.json"))
-
-    for entry, names in entries.items():
-        row = smoke.rows()[entry]
-        assert row["fail"] == 0 and row["n"] >= 1, row
-        (record,) = inputs_records(smoke.folder, entry)
-        assert record["comparable"] is False and sorted(record["missing"]) == sorted(names)
-        assert STAND_IN[entry] in record["stand_in"], record
-    config = suite(tmp_path / "offline.yaml", {"parity": "same"})
-    done = milabench("report", "--runs", str(smoke.folder), "--format", "json",
-                     config=config, base=smoke.base, timeout=300, select=entries)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    upstream = json.loads(done.stdout)["upstream"]
-    reasons = {o["name"]: o["reason"] for o in upstream["not_comparable"]}
-    assert not set(entries) & set(upstream["comparable"]), upstream
-    for entry, names in entries.items():
-        reason = reasons[entry]
-        assert reason.startswith("ran ") and STAND_IN[entry] in reason, reason
-        assert reason.endswith(" not prepared)") and all(n in reason for n in names), reason

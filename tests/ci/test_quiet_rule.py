@@ -245,6 +245,35 @@ def test_a_file_reading_the_smoke_run_comes_after_the_ordinary_ones(tmp_path: Pa
     ]
 
 
+def test_within_each_part_the_longest_file_starts_first(tmp_path: Path, monkeypatch):
+    """The measured table (tests/file_costs.json, here one of the test's own through
+    ``MILABENCH_TEST_COSTS``) orders the files within each part, longest first; a file
+    the table does not list keeps its collected place after those it lists; the smoke
+    readers and the alone files stay after the ordinary ones whatever they cost."""
+    (tmp_path / "test_a_mixed.py").write_text(MIXED)
+    (tmp_path / "test_b_reader.py").write_text(SMOKE_READER)
+    (tmp_path / "test_c_reader.py").write_text(SMOKE_READER)
+    (tmp_path / "test_d_plain.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "test_e_plain.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "test_f_plain.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "conftest.py").write_text(SMOKE_CONFTEST)
+    (tmp_path / "pytest.ini").write_text(MARKERS)
+    costs = {"test_a_mixed.py": 900, "test_c_reader.py": 50, "test_b_reader.py": 20,
+             "test_e_plain.py": 30, "test_f_plain.py": 60}  # fmt: skip
+    table = tmp_path / "costs.json"
+    table.write_text(json.dumps({"files": {k: {"wall": v, "cpu": v} for k, v in costs.items()}}))
+    monkeypatch.setenv("MILABENCH_TEST_COSTS", str(table))
+    assert collected(tmp_path) == [
+        "test_f_plain.py::test_one",
+        "test_e_plain.py::test_one",
+        "test_d_plain.py::test_one",
+        "test_c_reader.py::test_reads",
+        "test_b_reader.py::test_reads",
+        "test_a_mixed.py::test_plain",
+        "test_a_mixed.py::test_timed",
+    ]
+
+
 SHARED = """
 import json, os, time
 from sharedbuild import build_once
