@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 
-import pytest
+from needs import needs
 
 from .conftest import BENCHMARKS
 from .smokerun import SmokeRun
 
-pytest.importorskip("diffusers")
+needs("diffusers")
 MAIN = "benchmarks/diffusion/main.py"
 
 

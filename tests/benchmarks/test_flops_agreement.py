@@ -12,6 +12,7 @@ import copy
 import sys
 
 import pytest
+from needs import needs
 
 from benchkit.flops import count_flops_on_meta
 from benchkit.memory import load_footprint, sibling_main
@@ -19,8 +20,8 @@ from benchkit.memory import load_footprint, sibling_main
 from .conftest import BENCHMARKS
 from .test_memory_estimates import jobs
 
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
+needs("transformers")
+needs("peft")
 
 
 def args_of(entry: str, checkpointing: bool = False):

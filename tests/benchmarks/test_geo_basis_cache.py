@@ -8,10 +8,11 @@ import importlib.util
 import pickle
 
 import pytest
+from needs import needs
 
 from .conftest import BENCHMARKS
 
-pytest.importorskip("torch_geometric")
+needs("torch_geometric")
 from torch_geometric.nn.models import dimenet_utils  # noqa: E402
 
 

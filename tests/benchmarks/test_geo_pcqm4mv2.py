@@ -28,11 +28,12 @@ from pathlib import Path
 
 import pytest
 from dimenetbases import dimenet_cache
+from needs import needs
 
 from .conftest import BENCHMARKS, bench_env, run_with_pipe
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("torch_geometric")
+needs("torch_geometric")
 
 GEO = BENCHMARKS / "geo_gnn"
 HAVE_RDKIT = importlib.util.find_spec("rdkit") is not None

@@ -16,12 +16,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from needs import needs
 
 from .conftest import BENCHMARKS, bench_env, run_with_pipe
 from .smokerun import SmokeRun
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("torch_geometric")
+needs("torch_geometric")
 
 GEO = BENCHMARKS / "geo_gnn"
 STOP = 3

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from needs import needs
 
 from benchkit.memory import load_footprint, sibling_main
 
-pytest.importorskip("transformers")
+needs("transformers")
 torch = pytest.importorskip("torch")
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "huggingface"

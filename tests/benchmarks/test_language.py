@@ -14,11 +14,12 @@ import math
 from types import ModuleType
 
 import pytest
+from needs import needs
 
 from .conftest import BENCHMARKS, ROOT, bench_env, run_with_pipe
 from .smokerun import SmokeRun
 
-pytest.importorskip("transformers")
+needs("transformers")
 torch = pytest.importorskip("torch")
 
 

@@ -21,12 +21,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from needs import needs
 
 from .conftest import BENCHMARKS, bench_env, run_with_pipe
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("pyarrow", reason="the llama entry reads wikitext-103's parquet shards")
+needs("transformers")
+needs("pyarrow", reason="the llama entry reads wikitext-103's parquet shards")
 
 LLAMA = BENCHMARKS / "llama"
 EOS = 2

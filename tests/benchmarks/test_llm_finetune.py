@@ -13,12 +13,13 @@ import shutil
 import sys
 
 import pytest
+from needs import needs
 
 from .conftest import BENCHMARKS, bench_env, run_smuggled, run_with_pipe
 from .smokerun import SmokeRun
 from .test_mains import check_budget
 
-pytest.importorskip("peft")
+needs("peft")
 TINY = ["--size", "tiny", "--batch-size", "2", "--seq-len", "32", "--device", "cpu"]
 # llm-full-mp-*'s options (upstream's llama3_70B_full.yaml), less the 70B shape
 FULL_AS_UPSTREAM = ["--shard-embeddings", "--adamw", "foreach", "--param-dtype", "bf16",

@@ -25,10 +25,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from needs import needs
 
 from .conftest import BENCHMARKS, bench_env, run_smuggled
 
-pytest.importorskip("peft")
+needs("peft")
 tokenizers = pytest.importorskip("tokenizers")
 
 LLM = BENCHMARKS / "llm"

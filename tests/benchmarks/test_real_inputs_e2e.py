@@ -40,14 +40,15 @@ import clirun
 import pytest
 from dimenetbases import seed_cache
 from hubserver import LFS_SUFFIXES, HubServer
+from needs import needs
 
 from .conftest import BENCHMARKS, ROOT
 
-pytest.importorskip("peft")
-pytest.importorskip("tokenizers")
-pytest.importorskip("pyarrow")
-pytest.importorskip("PIL")
-pytest.importorskip("rdkit")  # dimenet's and pna's prepare, recursiongfn's molecules
+needs("peft")
+needs("tokenizers")
+needs("pyarrow")
+needs("PIL")
+needs("rdkit")  # dimenet's and pna's prepare, recursiongfn's molecules
 
 pytestmark = pytest.mark.slow
 

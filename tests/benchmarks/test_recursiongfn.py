@@ -20,11 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from needs import needs
 
 from .conftest import BENCHMARKS, bench_env, run_with_pipe
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("torch_geometric")
+needs("torch_geometric")
 Chem = pytest.importorskip("rdkit.Chem")
 np = pytest.importorskip("numpy")
 
