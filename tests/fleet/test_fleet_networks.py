@@ -4,11 +4,12 @@ The nodes' sessions have no certificate, proxy or index variable: each node's pi
 configured only by a configuration file (``PIP_CONFIG_FILE``, set by the node's sshd,
 as a node's ``/etc/pip.conf`` would be) naming a package index served over HTTPS on
 loopback with a certificate from a certificate authority made by the test
-(tests/netindex.py), and that authority as ``cert``. The fleet installs (each node its
-own environment, through uv), runs a small benchmark and exits 0. Then the same nodes'
-file is rewritten for each failure: a wrong authority, wrong credentials, a closed
-proxy, a closed port; each fleet stops the nodes before anything is copied, exits
-non-zero and prints one line per node with the cause.
+(tests/netindex.py), and that authority as ``cert``. One fleet gives each node another
+network (the authority alone, a CONNECT proxy, an index that needs credentials): every
+node installs its own environment through uv, runs a small benchmark, and the fleet
+exits 0. Then the nodes' files are rewritten for each failure: a wrong authority, wrong
+credentials, a closed proxy, a closed port; each fleet stops the nodes before anything
+is copied, exits non-zero and prints one line per node with the cause.
 
 Nothing is left behind: the index, the proxy and the sshd nodes stop with the module,
 and the certificates are files of the test's temporary folder.
@@ -62,15 +63,20 @@ class NetFleet:
     def __init__(self, root: Path, ssh: SSHNodes, nodes, tool: Path, pki: dict, wheels: Path):
         self.root, self.ssh, self.nodes, self.tool = root, ssh, nodes, tool
         self.pki, self.wheels = pki, wheels
-        self.conf = root / "node-pip.conf"  # every node's pip configuration (one file)
         self.runs = 0
 
     def configure(self, **settings: str) -> None:
-        """The nodes' pip configuration: every source key set, so that this machine's
-        own files (``/etc/pip.conf``, the user's) add nothing."""
+        """Every node's pip configuration the same."""
+        for node in self.nodes:
+            self.configure_node(node.name, **settings)
+
+    def configure_node(self, name: str, **settings: str) -> None:
+        """Node ``name``'s pip configuration (`node_conf`): every source key set, so that
+        this machine's own files (``/etc/pip.conf``, the user's) add nothing."""
         keys = {"index-url": "", "extra-index-url": "", "find-links": "", "proxy": ""}
         keys.update({"retries": "0", "timeout": "10", **settings})
-        self.conf.write_text("[global]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()))
+        text = "[global]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items())
+        node_conf(self.root, name).write_text(text)
 
     def fleet(self):
         self.runs += 1
@@ -105,6 +111,11 @@ class NetFleet:
         return self.root
 
 
+def node_conf(root: Path, name: str) -> Path:
+    """Node ``name``'s pip configuration file (its sshd sets ``PIP_CONFIG_FILE``)."""
+    return root / f"{name}-pip.conf"
+
+
 @pytest.fixture(scope="module")
 def netfleet(tmp_path_factory):
     sshd = ensure_sshd()
@@ -128,7 +139,6 @@ def netfleet(tmp_path_factory):
     keys = root / "ssh"
     keys.mkdir()
     ssh = SSHNodes(keys, sshd)
-    conf = root / "node-pip.conf"
     try:
         nodes = [
             ssh.start(
@@ -136,7 +146,7 @@ def netfleet(tmp_path_factory):
                 f"127.0.0.{i + 1}",
                 network=False,  # no certificate, proxy or index variable in the sessions
                 setenv={
-                    "PIP_CONFIG_FILE": str(conf),
+                    "PIP_CONFIG_FILE": str(node_conf(root, f"node{i}")),
                     "PIP_NO_CACHE_DIR": "1",
                     "UV_NO_CONFIG": "1",
                     "UV_CACHE_DIR": str(root / f"uv-cache-{i}"),
@@ -153,41 +163,46 @@ def netfleet(tmp_path_factory):
         ssh.close()
 
 
-@pytest.mark.parametrize("network", ["authority", "proxy", "credentials"])
-def test_nodes_configured_by_a_pip_file_install_and_run(netfleet, network):
-    """Pip's ``cert`` in a file is all the nodes have; the
-    same through the CONNECT proxy the file names, and from an index that needs the
-    credentials of the file's URL."""
+def test_nodes_configured_by_a_pip_file_install_and_run(netfleet):
+    """Pip's configuration file is all each node has, a different network on each:
+    node0 reaches the index with the file's ``cert`` only; node1 the same index through
+    the CONNECT proxy its file names; node2 an index that needs the credentials of its
+    file's URL. One fleet: every node installs through uv (no fallback) and runs."""
     pki = netfleet.pki
-    auth = ("reader", "s3cret") if network == "credentials" else None
     with (
-        PackageIndex(netfleet.wheels, tls=pki["server"], auth=auth) as index,
+        PackageIndex(netfleet.wheels, tls=pki["server"]) as open_index,
+        PackageIndex(netfleet.wheels, tls=pki["server"], auth=("reader", "s3cret")) as closed,
         ConnectProxy() as proxy,
     ):
-        settings = {"index-url": index.url, "cert": str(pki["ca"])}
-        if network == "proxy":
-            settings["proxy"] = proxy.url
-        if network == "credentials":
-            settings["index-url"] = index.url.replace("https://", "https://reader:s3cret@")
-        netfleet.configure(**settings)
+        cert = str(pki["ca"])
+        netfleet.configure_node("node0", **{"index-url": open_index.url, "cert": cert})
+        netfleet.configure_node(
+            "node1", **{"index-url": open_index.url, "cert": cert, "proxy": proxy.url}
+        )
+        with_password = closed.url.replace("https://", "https://reader:s3cret@")
+        netfleet.configure_node("node2", **{"index-url": with_password, "cert": cert})
         proc, base = netfleet.fleet()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "s3cret" not in proc.stdout + proc.stderr
     (folder,) = fleet_folders(base)
     found = by_name(read_fleet(folder))
-    shown = index.url.replace("https://", "https://<redacted>@") if auth else index.url
+    shown = {
+        "node0": open_index.url,
+        "node1": open_index.url,
+        "node2": closed.url.replace("https://", "https://<redacted>@"),
+    }
     for node in netfleet.nodes:
         assert found[node.name]["status"] == "ok", found[node.name]
-        assert f"fleet: {node.name}: package sources: ok: {shown}" in proc.stderr
+        assert f"fleet: {node.name}: package sources: ok: {shown[node.name]}" in proc.stderr
         venv = netfleet.root / f"bases{netfleet.runs}" / node.name / "nodes" / node.name
         marker = json.loads((venv / "venv" / "netgroup" / "milabench-install.json").read_text())
         assert marker["backend"] == "uv"  # uv itself got through: no fallback
     # each node fetched the wheel itself (uv may ask for a part of it first, then all)
-    assert sum(r.startswith("GET /files/mbtiny-1.0") for r in index.requests) >= 3
-    if network == "proxy":  # the sources check and every node's uv went through it
-        assert len(proxy.tunnels) >= 6 and set(proxy.tunnels) == {f"127.0.0.1:{index.port}"}
-    else:
-        assert proxy.tunnels == []
+    wheel = "GET /files/mbtiny-1.0"
+    assert sum(r.startswith(wheel) for r in open_index.requests) >= 2  # node0, node1
+    assert sum(r.startswith(wheel) for r in closed.requests) >= 1  # node2
+    # node1's sources check and its uv went through the proxy, and only node1's
+    assert len(proxy.tunnels) >= 2 and set(proxy.tunnels) == {f"127.0.0.1:{open_index.port}"}
 
 
 def _failed_fleet(netfleet, **settings) -> dict:
