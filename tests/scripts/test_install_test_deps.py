@@ -9,6 +9,7 @@ import hashlib
 import http.server
 import importlib.util
 import os
+import subprocess
 import sys
 import threading
 import zipfile
@@ -22,18 +23,18 @@ deps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(deps)
 
 
-def _wheel(folder: Path, version: str, requires: list[str]) -> Path:
-    """A real (empty) wheel of `torch` at `version`, pure Python, with `requires`."""
-    name = f"torch-{version}-py3-none-any.whl"
-    dist = f"torch-{version}.dist-info"
+def _wheel(folder: Path, version: str, requires: list[str], project: str = "torch") -> Path:
+    """A real (empty) wheel of ``project`` at `version`, pure Python, with `requires`."""
+    name = f"{project}-{version}-py3-none-any.whl"
+    dist = f"{project}-{version}.dist-info"
     files = {
-        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: "
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: "
         + version
         + "\n"
         + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
         "Tag: py3-none-any\n",
-        "torch/__init__.py": "",
+        f"{project}/__init__.py": "",
     }
     lines = []
     for path, text in files.items():
@@ -130,3 +131,54 @@ def test_a_closed_port_is_a_reason_not_an_exception():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert deps.index_answers(f"http://127.0.0.1:{port}/whl/cpu", timeout=2) is not None
+
+
+def _venv(tmp_path: Path, *options: str) -> str:
+    """A new virtual environment (with pip), its interpreter."""
+    subprocess.run([sys.executable, "-m", "venv", *options, str(tmp_path / "venv")], check=True)
+    return str(tmp_path / "venv" / ("Scripts" if os.name == "nt" else "bin") / "python")
+
+
+def _installed(python: str, project: str) -> str:
+    code = f"import importlib.metadata as m; print(m.version({project!r}))"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
+def test_uv_is_handed_pips_sources_and_the_cpu_index(tmp_path):
+    wheels = tmp_path / "wheels"
+    environ = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": str(wheels)}
+    extra = ["--extra-index-url", "https://cpu.example/whl/cpu"]
+    argv, env = deps.uv_command("/venv/bin/python", deps.TARGET, extra, environ)
+    assert argv[:8] == ["/venv/bin/python", "-m", "uv", "pip", "install", "--python",
+                        "/venv/bin/python", "--compile-bytecode"]  # fmt: skip
+    assert argv[8:] == ["-e", ".[test]", "--find-links", str(wheels),
+                        "--index-strategy", "unsafe-best-match", *extra]  # fmt: skip
+    assert env["PIP_FIND_LINKS"] == str(wheels) and "UV_HTTP_TIMEOUT" not in env
+
+
+def test_uv_installs_from_pips_find_links(offline_pip, index_url, tmp_path, monkeypatch):
+    """uv reads no pip configuration: the package only in pip's find-links folder is
+    installed because the script hands the folder over (uv of the running interpreter,
+    seen through the environment's system site-packages)."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    _wheel(offline_pip, "2.13.0+cpu", [])
+    _wheel(offline_pip, "1.0", [], project="tinydep")
+    python = _venv(tmp_path, "--system-site-packages")
+    said = []
+    assert deps.install(python, ["tinydep==1.0"], index_url, cwd=tmp_path, say=said.append) == 0
+    assert _installed(python, "tinydep") == "1.0"
+    assert said == ["install_test_deps: torch 2.13.0+cpu from pip's settings (no CUDA build)"]
+
+
+def test_pip_installs_when_uv_fails_and_its_status_is_returned(
+    offline_pip, index_url, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    python = _venv(tmp_path, "--system-site-packages")
+    said = []
+    status = deps.install(python, ["absent-project==1.0"], index_url, cwd=tmp_path,
+                          say=said.append)  # fmt: skip
+    assert status != 0
+    assert said[-1].startswith("install_test_deps: note: the uv install failed (exit ")
+    assert said[-1].endswith("); installing with pip")
