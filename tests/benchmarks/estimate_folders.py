@@ -1,5 +1,6 @@
 """Meta-device estimates of many benchmark folders from one interpreter that imports torch
-(and transformers, when installed) once, then forks one process per folder.
+(and transformers with its model base, when installed) once, then forks one process per
+folder.
 
     python tests/benchmarks/estimate_folders.py ROOT < {"FOLDER": [job, ...], ...}
 
@@ -49,8 +50,10 @@ def main() -> int:
     warnings.simplefilter("ignore")
     import torch  # noqa: F401 - shared by every child
 
-    try:
+    try:  # and the modules transformers loads lazily, which every model of it needs
         import transformers  # noqa: F401
+        import transformers.activations  # noqa: F401
+        import transformers.modeling_utils  # noqa: F401
     except ImportError:
         pass
     folder_of: dict[int, tuple[str, str]] = {}

@@ -283,28 +283,6 @@ def test_dimenet_trains_on_upstreams_molecules_comparable(
         manifest.write_text(saved)
 
 
-def test_dimenet_without_the_input_runs_the_stand_in_not_comparable(tmp_path, tmp_path_factory):
-    """No PCQM4Mv2 input (offline): prepare says so and generates the stand-in; main.py
-    trains on it and announces it not comparable. pna reads the same input, and says the
-    same; both share the stand-in's molecules."""
-    prep = prepare(tmp_path, "dimenet", "DimeNet", samples=20, HF_HUB_OFFLINE="1")
-    assert prep.returncode == 0, prep.stderr[-3000:]
-    assert "milabench: input pcqm4mv2 for dimenet unavailable" in prep.stderr
-    assert "STAND-IN" in prep.stdout and "not comparable" in prep.stdout
-    assert (tmp_path / "geo" / "molecules-20.done").is_file()
-    pna = prepare(tmp_path, "pna", "PNA", samples=20, HF_HUB_OFFLINE="1")
-    assert pna.returncode == 0 and "already prepared: 20 molecules" in pna.stdout
-    assert "milabench: input pcqm4mv2 for pna unavailable" in pna.stderr
-    assert not (tmp_path / "geo" / "pcqm4mv2-20").exists()
-    cache = str(dimenet_cache(tmp_path_factory))
-    run = train(tmp_path, "dimenet", samples=20, XDG_CACHE_HOME=cache)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "STAND-IN molecules" in run.stdout and "not comparable" in run.stdout
-    (record,) = inputs_records(run)
-    assert record["comparable"] is False and record["missing"] == ["pcqm4mv2"]
-    assert "molecules.py" in record["stand_in"] and record["real"] == {}
-
-
 def test_prepare_needs_rdkit_for_upstreams_molecules(tmp_path):
     """The input there, 20 molecules asked: with RDKit, the 6 it holds (fewer than asked:
     upstream writes what it has); without RDKit in the environment, the stand-in, said

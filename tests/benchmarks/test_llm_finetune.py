@@ -122,14 +122,13 @@ MATERIALISED = re.compile(
     [
         (["--lora", "8", "--param-dtype", "bf16"], 2),
         (FULL_AS_UPSTREAM, 2),
-        (["--param-dtype", "fp32", "--precision", "fp32"], 4),
     ],
-    ids=["lora-bf16", "full-upstream", "full-fp32"],
+    ids=["lora-bf16", "full-upstream"],
 )
 def test_sharded_ranks_materialise_only_their_shards(extra, dtype_bytes, python):
     """The 70B entries' code path at a tiny size on 2 gloo ranks, FSDP2 with LoRA, as
-    upstream's full fine-tuning (embeddings and head sharded apart, foreach AdamW, bf16),
-    and in fp32: the model is built on the meta device, sharded there,
+    upstream's full fine-tuning (embeddings and head sharded apart, foreach AdamW, bf16)
+    (in fp32: the next test): the model is built on the meta device, sharded there,
     and each rank then makes its own shards only, in the precision asked for. Every
     tensor a rank makes while it builds is counted (`benchkit.memory.LiveBytes`): the
     most it ever holds is its half of the weights (plus the padding of uneven shards),
@@ -144,8 +143,26 @@ def test_sharded_ranks_materialise_only_their_shards(extra, dtype_bytes, python)
     )  # fmt: skip
     check_budget(run, 2, "Tok/s")
     check_two_ranks(run, "fsdp")
-    found = {int(m[0]): tuple(map(int, m[1:])) for m in MATERIALISED.findall(run.stdout)}
-    assert set(found) == {0, 1}, run.stdout[-2000:]
+    check_materialised(run.stdout, dtype_bytes)
+
+
+def test_full_fp32_ranks_materialise_only_their_shards(smoke: SmokeRun):
+    """The same in fp32, read from the session's smoke run (entry llm-full-mp-gpus: tiny,
+    FSDP2 on 2 gloo ranks, embeddings and head apart, foreach AdamW, fp32 weights)."""
+    smoke.check_measured("llm-full-mp-gpus", "Tok/s")
+    assert smoke.option("llm-full-mp-gpus", "--param-dtype") == "fp32"
+    out = smoke.stdout_of("llm-full-mp-gpus")
+    assert ", fsdp, " in out
+    stderr = smoke.stderr_of("llm-full-mp-gpus")
+    assert "destroy_process_group" not in stderr and "terminate called" not in stderr
+    check_materialised(out, 4)
+
+
+def check_materialised(stdout: str, dtype_bytes: int) -> None:
+    """Each of the 2 ranks made its half of the weights (``dtype_bytes`` a parameter),
+    and at its start-up peak never held more."""
+    found = {int(m[0]): tuple(map(int, m[1:])) for m in MATERIALISED.findall(stdout)}
+    assert set(found) == {0, 1}, stdout[-2000:]
     llm = load_llm_main()
     hidden, layers, _heads, kv_heads, intermediate, vocab = llm.SIZES["tiny"]
     for rank, (local, whole, peak) in found.items():

@@ -340,27 +340,6 @@ def test_main_trains_on_upstreams_inputs(upstream_inputs, python):
 
 
 @pytest.mark.slow
-def test_main_without_the_inputs_runs_the_stand_in(tmp_path, python):
-    """Without the input folders: random weights on random tokens, and an ``inputs``
-    record that says not comparable, names what is missing (the entry's weights too)
-    and what ran instead."""
-    run = run_smuggled(
-        [python, "main.py", *TINY, *UPSTREAM],
-        bench_env(stop=2, skip=1, MILABENCH_DIR_DATA=str(tmp_path / "empty"),
-                  MILABENCH_CONFIG=json.dumps({"name": "llm-lora-single"})),
-        LLM,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    record = inputs_record(run)
-    assert record["entry"] == "llm-lora-single" and record["comparable"] is False
-    assert record["missing"] == ["alpaca-cleaned", "llama3.1-8b-tokenizer", "llama3.1-8b"]
-    assert record["stand_in"] == "random weights, 32-token random sequences"
-    assert "weights of" not in run.stdout
-    assert "batch 2x32" in run.stdout and "not comparable with upstream" in run.stdout
-    assert len(run.rates()) == 2
-
-
-@pytest.mark.slow
 def test_prepare_tokenises_once_and_main_reads_it(upstream_inputs, python):
     """prepare.py with the inputs in place (the weights too: fetch finds all three,
     offline, and says nothing): the samples are tokenised into the pre-tokenised set once
