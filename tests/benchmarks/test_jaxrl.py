@@ -1,6 +1,6 @@
 """benchmarks/purejaxrl (the `ppo`, `dqn` and `brax` entries) with the `jax` install
-group's own environment (JAX is not in the test environment): `milabench install --select
-ppo,dqn` once for the module, then main.py run by that environment's python.
+group's own environment (JAX is not in the test environment): the one the session's smoke
+run installed (smokerun.py), whose python runs main.py.
 
 * The standard suite's command lines, resolved by `milabench matrix` and run with
   `--dry-run`: the workload each builds is upstream milabench's (docs/parity.md), pinned
@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,20 +23,14 @@ from .conftest import BENCHMARKS, bench_env, run_with_pipe
 from .smokerun import SmokeRun
 from .test_suites import matrix
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def jax_python(tmp_path_factory) -> str:
-    base = tmp_path_factory.mktemp("jaxbase")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MILABENCH_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "milabench", "install", "--config",
-         str(ROOT / "config" / "standard-smoke.yaml"), "--base", str(base), "--select", "ppo,dqn"],
-        capture_output=True, text=True, timeout=900, env=env, cwd=ROOT,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return str(base / "venv" / "jax" / "bin" / "python")
+def jax_python(smoke: SmokeRun) -> str:
+    """The python of the jax group the session's smoke run installed (smokerun.py: the
+    real ``milabench install`` of config/standard-smoke.yaml, jax group included)."""
+    python = smoke.base / "venv" / "jax" / "bin" / "python"
+    assert python.is_file(), f"the smoke run installed no jax group: {python}"
+    return str(python)
 
 
 def described(stdout: str) -> dict:
