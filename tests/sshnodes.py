@@ -124,6 +124,20 @@ NETWORK_VARIABLES = (
 )
 
 
+# Every node's sessions get SHLVL=1: bash started by sshd sources the login user's
+# ~/.bashrc only at shell level 1, and this makes it 2. A development machine's root
+# dotfiles (pyenv init: 138 processes, about 95 ms of CPU) would otherwise run for every
+# remote command, about 600 times a session; what a node needs is set by the test.
+SESSION_SETTINGS = {"SHLVL": "1"}
+
+
+def setenv_line(variables: dict[str, str]) -> str:
+    """sshd's ``SetEnv`` line for ``variables`` plus `SESSION_SETTINGS` (sshd takes the
+    first SetEnv line only: every variable goes on one line)."""
+    merged = {**SESSION_SETTINGS, **variables}
+    return "SetEnv " + " ".join(f'{k}="{v}"' for k, v in merged.items())
+
+
 def network_settings() -> dict[str, str]:
     """The `NETWORK_VARIABLES` set here (values without quotes or newlines only)."""
     found = {}
@@ -320,8 +334,7 @@ class SSHNodes:
         setenv = {**(network_settings() if network else {}), **(setenv or {})}
         if without_rsync:
             setenv["PATH"] = path_without(self.tmp / f"path_{name}")
-        if setenv:  # sshd takes the first SetEnv line only: every variable on it
-            settings.append("SetEnv " + " ".join(f'{k}="{v}"' for k, v in setenv.items()))
+        settings.append(setenv_line(setenv))
         cfg.write_text("\n".join(settings) + "\n")
         cgroup = CpuQuota.create(cpu_quota, cpu_period) if cpu_quota else None
         argv = ["sh", "-c", _START, "milabench-test-node"]

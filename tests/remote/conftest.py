@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from sshnodes import ensure_sshd, free_port, keygen
+from sshnodes import ensure_sshd, free_port, keygen, setenv_line
 from systemtools import require, require_root, unavailable
 
 # sshd discovery, install, free ports and keys are shared with the fleet tests
@@ -106,6 +106,7 @@ def ssh_cluster(tmp_path_factory):
                     "Subsystem sftp internal-sftp",
                     "MaxStartups 100",
                     "LogLevel ERROR",
+                    setenv_line({}),
                     "",
                 ]
             )

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sshnodes import folders_to_hide, free_port, path_without
+from sshnodes import folders_to_hide, free_port, path_without, setenv_line
 from systemtools import cannot_run_here, require, unavailable
 
 from milabench.errors import ConfigError, UsageError
@@ -130,8 +130,7 @@ def isolated(ssh_cluster, tmp_path_factory):
                 "Subsystem sftp internal-sftp",
                 "LogLevel ERROR",
             ]
-            if path:
-                settings.append(f"SetEnv PATH={path}")
+            settings.append(setenv_line({"PATH": path} if path else {}))
             cfg.write_text("\n".join(settings) + "\n")
             script = (
                 'cfg=$1; sshd=$2; shift 2; for d in "$@"; do '
