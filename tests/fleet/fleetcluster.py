@@ -51,6 +51,8 @@ THROTTLE_QUOTA_US = 2_000  # the slow node: 0.2 CPU, 40% of a healthy node
 REPO = Path(__file__).resolve().parents[2]
 TOKEN_PREFIX = "MILABENCH_FLEET_TOKEN="
 TOOL_FOLDERS = ("milabench", "benchkit", "config", "constraints", "benchmarks")
+# The paced suite and its benchmark (tests/fleet/paced/suite.yaml), copied with the tool
+PACED_FOLDERS = ("tests/fleet/paced", "tests/history/benchmarks/paced")
 FLEET_TIMEOUT = 900  # seconds: a generous bound for a loaded 2-core machine
 # The slow rule's minimum gap for these tests. Three "nodes" sharing a loaded 2-core
 # machine differ by more than real nodes do: with two threads each, healthy ones measured
@@ -68,7 +70,7 @@ def snapshot_tool(dest: Path) -> Path:
     two nodes' copies would (rightly) be reported as an environment difference.
     """
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "data")
-    for name in TOOL_FOLDERS:
+    for name in (*TOOL_FOLDERS, *PACED_FOLDERS):
         shutil.copytree(REPO / name, dest / name, ignore=ignore)
     shutil.copy2(REPO / "pyproject.toml", dest / "pyproject.toml")
     return dest
@@ -125,7 +127,13 @@ class FleetCluster:
 
     @property
     def suite(self) -> Path:
+        """The CPU suite (its ``flops-fp32``: a real torch environment on every node)."""
         return self.tool / "config" / "cpu.yaml"
+
+    @property
+    def paced_suite(self) -> Path:
+        """tests/fleet/paced/suite.yaml in the frozen copy: one stdlib entry, ``paced``."""
+        return self.tool / PACED_FOLDERS[0] / "suite.yaml"
 
     @property
     def env(self) -> dict[str, str]:
@@ -153,16 +161,20 @@ def by_name(doc: dict) -> dict[str, dict]:
     return {n["name"]: n for n in doc["nodes"]}
 
 
-def fleet_argv(cluster: FleetCluster, system: Path, base: Path, *extra: str) -> list[str]:
-    """The fleet command of these tests: the CPU suite's fastest entry. Each node installs
-    its own environment (uv links the files from the package cache: seconds) and runs
-    milabench itself with the test's interpreter."""
+def fleet_argv(
+    cluster: FleetCluster, system: Path, base: Path, *extra: str, paced: bool = False
+) -> list[str]:
+    """The fleet command of these tests: the CPU suite's fastest entry (``paced``: the
+    paced suite's entry instead). Each node installs its own environment (uv links the
+    files from the package cache: seconds) and runs milabench itself with the test's
+    interpreter."""
+    suite, entry = (cluster.paced_suite, "paced") if paced else (cluster.suite, "flops-fp32")
     return [
         "fleet",
         "--config",
-        str(cluster.suite),
+        str(suite),
         "--select",
-        "flops-fp32",
+        entry,
         "--system",
         str(system),
         "--base",

@@ -1,8 +1,9 @@
 """`milabench fleet` on real loopback sshd nodes (tests/fleet/conftest.py): nodes lost,
 unreachable or silent, signals, and the folders of nodes that share a base.
 
-Each test runs the real command (a subprocess, as a user would) on the CPU suite's
-``flops-fp32`` entry with the test interpreter's environment on every node, then reads
+Each test runs the real command (a subprocess, as a user would) on the paced suite's
+entry (tests/fleet/paced/suite.yaml: stdlib steps that sleep, an environment with nothing
+to install) with the test interpreter on every node, then reads
 what it left: its exit code and printed report, ``fleet.json``, the collected run folders,
 the nodes' own folders, and the processes still alive. None compares rates (the node
 quotas are lifted: ``unthrottled``), so they may share the machine with other tests;
@@ -76,7 +77,7 @@ def test_lost_and_unreachable_nodes_are_named_while_others_finish(unthrottled, t
     ]
     system = c.system_file(tmp_path / "system.yaml", nodes)
     base = c.main / "lost"
-    proc = start_fleet(c, fleet_argv(c, system, base))
+    proc = start_fleet(c, fleet_argv(c, system, base, paced=True))
     try:
         _wait_for(
             lambda: (
@@ -108,7 +109,7 @@ def test_lost_and_unreachable_nodes_are_named_while_others_finish(unthrottled, t
     for name in ("node0", "node1"):
         assert found[name]["status"] == "ok", found[name]
         assert (folder / "nodes" / name / "report.json").is_file()
-        assert (folder / "nodes" / name / "flops-fp32.D0.data").is_file()
+        assert (folder / "nodes" / name / "paced.0.data").is_file()
     report = fleet_report(folder)
     assert set(report.flagged_nodes) == {"doomed", "ghost"}, report.flagged
     for name in ("doomed", "ghost"):
@@ -123,7 +124,7 @@ def test_signal_stops_every_node_and_leaves_valid_fleet_json(unthrottled, tmp_pa
     c = unthrottled
     system = c.system_file(tmp_path / "system.yaml", [c.entry(c.node0), c.entry(c.node1)])
     base = c.main / f"signal-{signum.name}"
-    proc = start_fleet(c, fleet_argv(c, system, base))
+    proc = start_fleet(c, fleet_argv(c, system, base, paced=True))
     try:
         _wait_for(
             lambda: (
@@ -170,7 +171,7 @@ def test_a_node_that_goes_silent_is_lost_by_keepalive(unthrottled, tmp_path):
     path = tmp_path / "system.yaml"
     path.write_text(yaml.safe_dump({"system": system}))
     base = c.main / "frozen"
-    proc = start_fleet(c, fleet_argv(c, path, base))
+    proc = start_fleet(c, fleet_argv(c, path, base, paced=True))
     try:
         _wait_for(
             lambda: (
@@ -210,7 +211,7 @@ def test_nodes_sharing_the_main_base_get_their_own_subfolders(unthrottled, tmp_p
     c = unthrottled
     system = c.system_file(tmp_path / "system.yaml", [c.node0.system_node(), c.node2.system_node()])
     base = c.main / "shared"
-    done = run_fleet(c, fleet_argv(c, system, base, "--phases", "install,prepare"))
+    done = run_fleet(c, fleet_argv(c, system, base, "--phases", "install,prepare", paced=True))
     assert done.returncode == 0, done.stdout + done.stderr
     (folder,) = fleet_folders(base)
     nodes = by_name(read_fleet(folder))
@@ -219,7 +220,7 @@ def test_nodes_sharing_the_main_base_get_their_own_subfolders(unthrottled, tmp_p
         assert (node["status"], node["via"], node["code"]) == ("ok", "ssh", "shared"), node
         own = base / "nodes" / name
         assert node["base"] == str(own)
-        assert (own / "system.yaml").is_file() and (own / "venv" / "torch").is_dir()
+        assert (own / "system.yaml").is_file() and (own / "venv" / "paced").is_dir()
         assert [p.name for p in (own / "runs").iterdir() if p.name.startswith("install.")]
     assert not (base / "code").exists()  # nothing was copied
     assert "node0  ok" in done.stdout and "node2  ok" in done.stdout
