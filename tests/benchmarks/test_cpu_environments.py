@@ -34,10 +34,13 @@ BENCHMARKS = {
 }  # fmt: skip
 MISSING = re.compile(r"No module named|Failed to initialize NumPy|ModuleNotFoundError")
 
-# Run in the benchmark's environment with -W error: the modules the folder's files import
-# (absolute imports anywhere in a file, except inside a `try` that handles ImportError:
-# optional ones), without the standard library and the folder's own modules, each
-# imported; one JSON line {module: error or null}. benchfile.py runs in milabench itself.
+# Run in an environment with -W error, for each benchmark folder on the command line that
+# runs in it: the modules the folder's files import (absolute imports anywhere in a file,
+# except inside a `try` that handles ImportError: optional ones), without the standard
+# library and the folder's own modules, each imported; one JSON line {folder: {module:
+# error or null}}. One process per environment: a warning a module prints when first
+# imported still fails it (-W error), and torch starts once per environment, not once per
+# folder. benchfile.py runs in milabench itself.
 PROBE = r"""
 import ast, importlib, json, sys
 from pathlib import Path
@@ -64,18 +67,20 @@ def imports(path):
     walk(ast.parse(path.read_text(encoding="utf-8"), str(path)), [])
     return found
 
-folder = Path(sys.argv[1])
-local = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.glob("*/__init__.py")}
-skip = set(sys.stdlib_module_names) | local | {"__future__"}
-names = {n for f in folder.glob("*.py") if f.name != "benchfile.py" for n in imports(f)}
-result = {}
-for name in sorted(n for n in names if n.split(".")[0] not in skip):
-    try:
-        importlib.import_module(name)
-        result[name] = None
-    except BaseException as exc:
-        result[name] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(result))
+def probe(folder):
+    local = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.glob("*/__init__.py")}
+    skip = set(sys.stdlib_module_names) | local | {"__future__"}
+    names = {n for f in folder.glob("*.py") if f.name != "benchfile.py" for n in imports(f)}
+    result = {}
+    for name in sorted(n for n in names if n.split(".")[0] not in skip):
+        try:
+            importlib.import_module(name)
+            result[name] = None
+        except BaseException as exc:
+            result[name] = f"{type(exc).__name__}: {exc}"
+    return result
+
+print(json.dumps({folder: probe(Path(folder)) for folder in sys.argv[1:]}))
 """
 
 
@@ -110,15 +115,19 @@ def test_every_benchmark_imports_what_it_needs_without_a_warning(installed: Path
     folders = suite_folders(installed)
     assert len(folders) >= 6 and {venv.name for venv in folders.values()} == {"torch", "hf"}
     failures = {}
-    for folder, venv in sorted(folders.items()):
+    for venv in sorted(set(folders.values())):
+        mine = sorted(str(folder) for folder, used in folders.items() if used == venv)
         proc = subprocess.run(
-            [str(venv / "bin" / "python"), "-W", "error", "-c", PROBE, str(folder)],
-            capture_output=True, text=True, timeout=300, cwd=folder,
+            [str(venv / "bin" / "python"), "-W", "error", "-c", PROBE, *mine],
+            capture_output=True, text=True, timeout=300, cwd=venv,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
-        found = json.loads(proc.stdout.splitlines()[-1])
-        assert "torch" in found, (folder.name, found)  # every one of them uses torch
-        failures.update({f"{folder.name}: {m}": e for m, e in found.items() if e})
+        by_folder = json.loads(proc.stdout.splitlines()[-1])
+        assert sorted(by_folder) == mine, (venv.name, sorted(by_folder))
+        for folder, found in by_folder.items():
+            name = Path(folder).name
+            assert "torch" in found, (name, found)  # every one of them uses torch
+            failures.update({f"{name}: {m}": e for m, e in found.items() if e})
     assert not failures, failures
 
 

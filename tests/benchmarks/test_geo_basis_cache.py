@@ -13,11 +13,19 @@ from needs import needs
 from .conftest import BENCHMARKS
 
 needs("torch_geometric")
-from torch_geometric.nn.models import dimenet_utils  # noqa: E402
 
 
 @pytest.fixture
-def cache(monkeypatch, tmp_path):
+def dimenet_utils():
+    """PyG's DimeNet bases module, imported by the test that needs it, not when the
+    file is collected (torch_geometric costs about 2 s of CPU in every worker)."""
+    from torch_geometric.nn.models import dimenet_utils
+
+    return dimenet_utils
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path, dimenet_utils):
     """basis_cache loaded, the cache in ``tmp_path``, dimenet_utils restored afterwards."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     for name in ("bessel_basis", "real_sph_harm"):
@@ -30,7 +38,7 @@ def cache(monkeypatch, tmp_path):
     return module
 
 
-def test_bases_are_computed_once_and_read_back_equal(cache, tmp_path):
+def test_bases_are_computed_once_and_read_back_equal(cache, dimenet_utils, tmp_path):
     fresh = dimenet_utils.bessel_basis(2, 3), dimenet_utils.real_sph_harm(2)
     cache.cache_bases()
     cache.cache_bases()  # idempotent: one wrapper
@@ -45,7 +53,7 @@ def test_bases_are_computed_once_and_read_back_equal(cache, tmp_path):
     assert dimenet_utils.bessel_basis(2, 3) == "from the file"
 
 
-def test_a_damaged_file_is_computed_again(cache, tmp_path):
+def test_a_damaged_file_is_computed_again(cache, dimenet_utils, tmp_path):
     cache.cache_bases()
     expected = dimenet_utils.bessel_basis(2, 2)
     path = next((tmp_path / "milabench" / "dimenet").glob("bessel_basis-2-2-*"))
