@@ -5,6 +5,7 @@ the parallel workers' rule for the system tier (quiet tests first, alone tests a
 tests/concurrency.py) and the optional CPU log (tests/cputime.py), and find (or
 install) the headless Chromium the HTML tests draw pages with."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,13 @@ import pytest
 # caller's setting.
 sys.dont_write_bytecode = False
 sys.path.insert(0, str(Path(__file__).parent))
+# One thread per process a test starts, unless the caller chose (and `milabench` run by
+# tests/clirun.py gets the `cpu.total_count` option of 1, so its benchmarks get one too).
+# The session keeps both CPUs of a small machine busy with three workers, and a torch
+# process of two threads then spends its parallel regions spinning for a peer that is not
+# scheduled: the same matmul loop took 2.4 times the CPU on two threads as on one, with
+# two CPU hogs beside it. No test measures a thread's speed-up.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import concurrency  # noqa: E402
 import cputime  # noqa: E402
