@@ -8,8 +8,8 @@ import sys
 
 # The `cpu.total_count` option: `{cpu_per_gpu}` (each benchmark process's threads,
 # OMP_NUM_THREADS) is 1. Tests run three workers on the CPUs of a small machine, where a
-# torch process of more threads spins in every parallel region waiting for a peer that
-# is not scheduled (tests/conftest.py); no test through here measures a thread's speed-up.
+# torch process of more threads waits in every parallel region for a peer that is not
+# scheduled (tests/conftest.py); no test through here measures a thread's speed-up.
 ONE_CPU = {"MILABENCH_CPU_TOTAL_COUNT": "1"}
 
 

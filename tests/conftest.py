@@ -21,10 +21,11 @@ sys.dont_write_bytecode = False
 sys.path.insert(0, str(Path(__file__).parent))
 # One thread per process a test starts, unless the caller chose (and `milabench` run by
 # tests/clirun.py gets the `cpu.total_count` option of 1, so its benchmarks get one too).
-# The session keeps both CPUs of a small machine busy with three workers, and a torch
-# process of two threads then spends its parallel regions spinning for a peer that is not
-# scheduled: the same matmul loop took 2.4 times the CPU on two threads as on one, with
-# two CPU hogs beside it. No test measures a thread's speed-up.
+# Three workers keep both CPUs of a small machine busy, and a torch process of two
+# threads then waits in every parallel region for a peer that is not scheduled: with two
+# CPU hogs beside it, a matmul loop took 1.48 s of CPU on two threads against 1.04 s on
+# one, with OMP_WAIT_POLICY=PASSIVE (tests/concurrency.py; 2.55 s spinning). No test
+# measures a thread's speed-up (docs/testing.md, "Shared CPUs").
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import concurrency  # noqa: E402
