@@ -19,6 +19,7 @@ import pytest
 
 from benchkit.channel import SmuggleDecoder
 
+from . import forkrun
 from .smokerun import SmokeRun, smoke_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,13 @@ def bench_env(stop: int = 4, skip: int = 1, **extra: str) -> dict[str, str]:
 def run_with_pipe(
     argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 180
 ) -> BenchRun:
-    """Run ``argv`` with a real data pipe announced by ``DATA_FD`` (voir reads it too)."""
+    """Run ``argv`` with a real data pipe announced by ``DATA_FD`` (voir reads it too):
+    ``python SCRIPT ...`` in a child of the worker's fork server, which imported torch
+    once (forkrun.py), where that is the same as a fresh interpreter."""
+    forked = forkrun.run(argv, env, cwd, timeout)
+    if forked is not None:
+        records = [json.loads(line) for line in forked["data"].splitlines() if line.strip()]
+        return BenchRun(forked["returncode"], forked["stdout"], forked["stderr"], records)
     read_end, write_end = os.pipe()
     env = dict(env, DATA_FD=str(write_end))
     chunks: list[bytes] = []
@@ -96,6 +103,19 @@ def run_with_pipe(
     return BenchRun(proc.returncode, proc.stdout, proc.stderr, records)
 
 
+def run_plain(
+    argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 180
+) -> subprocess.CompletedProcess:
+    """`subprocess.run` of ``argv`` with its output captured as text: a child of the
+    worker's fork server where that is the same as a fresh interpreter (forkrun.py)."""
+    forked = forkrun.run(argv, env, cwd, timeout, pipe=False)
+    if forked is None:
+        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+    return subprocess.CompletedProcess(argv, forked["returncode"], forked["stdout"],
+                                       forked["stderr"])  # fmt: skip
+
+
 def run_smuggled(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 180) -> BenchRun:
     """Run with ``DATA_FD=1``: records come hidden in standard output."""
     env = dict(env, DATA_FD="1")
@@ -115,3 +135,10 @@ def smoke(tmp_path_factory) -> SmokeRun:
     a file with a test that asks for it is handed out after the ordinary files
     (`concurrency.SMOKE_FIXTURE`), so that it starts once the run is made."""
     return smoke_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fork_server():
+    """The worker's fork server (forkrun.py) ends with the session."""
+    yield
+    forkrun.stop()

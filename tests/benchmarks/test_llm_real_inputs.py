@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from needs import needs
 
-from .conftest import BENCHMARKS, bench_env, run_smuggled
+from .conftest import BENCHMARKS, bench_env, run_plain, run_smuggled
 
 needs("peft")
 tokenizers = pytest.importorskip("tokenizers")
@@ -345,7 +345,6 @@ def test_prepare_tokenises_once_and_main_reads_it(upstream_inputs, python):
     offline, and says nothing): the samples are tokenised into the pre-tokenised set once
     (done-marker last); a second prepare keeps it; main.py then reads it instead of
     tokenising, and trains on the same batches."""
-    import subprocess
 
     from benchshared import inputs
 
@@ -356,13 +355,13 @@ def test_prepare_tokenises_once_and_main_reads_it(upstream_inputs, python):
     env = bench_env(MILABENCH_DIR_DATA=str(data), HF_HUB_OFFLINE="1",
                     MILABENCH_CONFIG=json.dumps({"name": "llm-lora-single"}))  # fmt: skip
     argv = [python, "prepare.py", *TINY, *UPSTREAM]
-    first = subprocess.run(argv, env=env, cwd=LLM, capture_output=True, text=True, timeout=120)
+    first = run_plain(argv, env, LLM, timeout=120)
     assert first.returncode == 0, first.stderr[-3000:]
     folder = alpaca.tokenised_folder(data, "alpaca-cleaned", "llama3.1-8b-tokenizer")
     assert "llm-lora-single: tokenised 40 samples" in first.stdout
     assert "unavailable" not in first.stderr, first.stderr
     assert (folder / "done").is_file()
-    again = subprocess.run(argv, env=env, cwd=LLM, capture_output=True, text=True, timeout=120)
+    again = run_plain(argv, env, LLM, timeout=120)
     assert again.returncode == 0 and "already prepared: 40 samples" in again.stdout
     on_disk = alpaca.Tokenised.load(folder)
     fresh = alpaca.tokenise_inputs(data / "inputs" / "alpaca-cleaned",
@@ -444,7 +443,6 @@ def test_prepare_without_the_inputs_only_says_so(tmp_path, python):
     """prepare.py where the inputs cannot be fetched (offline): fetch's one line per
     input of the entry (weights, tokenizer, data set), nothing else, no pre-tokenised
     set, exit 0 (main.py then runs the stand-in)."""
-    import subprocess
 
     from benchshared import inputs
 
@@ -453,10 +451,10 @@ def test_prepare_without_the_inputs_only_says_so(tmp_path, python):
     data = tmp_path / "data"
     env = bench_env(MILABENCH_DIR_DATA=str(data), HF_HUB_OFFLINE="1",
                     MILABENCH_CONFIG=json.dumps({"name": "llm-lora-mp-gpus"}))  # fmt: skip
-    done = subprocess.run(
+    done = run_plain(
         [python, "prepare.py", *TINY, "--dataset", "alpaca", "--tokenizer",
          "llama3.1-70b-tokenizer"],
-        env=env, cwd=LLM, capture_output=True, text=True, timeout=120,
+        env, LLM, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert not done.stdout.strip(), done.stdout

@@ -14,13 +14,12 @@ the standard suite's argv for each entry (images normalised in the loader worker
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from types import ModuleType
 
 import pytest
 
-from .conftest import BENCHMARKS, bench_env, run_with_pipe
+from .conftest import BENCHMARKS, bench_env, run_plain, run_with_pipe
 from .smokerun import SmokeRun
 from .test_mains import check_budget
 
@@ -44,11 +43,10 @@ def load_main(name: str) -> ModuleType:
 @pytest.fixture(scope="module")
 def jpegs(tmp_path_factory):
     root = tmp_path_factory.mktemp("jpegs") / "FakeImageNet"
-    done = subprocess.run(
+    done = run_plain(
         [sys.executable, "prepare.py", "--data", str(root), "--classes", "4",
          "--images-per-class", "8", "--source-size", "48", "--model", "ignored"],
-        cwd=BENCHMARKS / "torchvision", capture_output=True, text=True, timeout=120,
-        env=bench_env(),
+        bench_env(), BENCHMARKS / "torchvision", timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return str(root)

@@ -14,12 +14,11 @@ records as `test_mains.check_budget` checks a run started by hand."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 
 import pytest
 
-from .conftest import BENCHMARKS, bench_env, run_with_pipe
+from .conftest import BENCHMARKS, bench_env, run_plain, run_with_pipe
 from .smokerun import SmokeRun
 
 DINO = ["--arch", "tiny", "--patch", "8", "--global-size", "48", "--local-size", "24",
@@ -55,8 +54,8 @@ def data(tmp_path_factory):
                     "--source-size", "64", *DINO]),
         ("vjepa", ["--dataset", str(videos), *VIDEOS, *JEPA]),
     ):  # fmt: skip
-        done = subprocess.run([sys.executable, "prepare.py", *argv], cwd=BENCHMARKS / folder,
-                              capture_output=True, text=True, timeout=120, env=bench_env())  # fmt: skip
+        done = run_plain([sys.executable, "prepare.py", *argv], bench_env(), BENCHMARKS / folder,
+                         timeout=120)  # fmt: skip
         assert done.returncode == 0, done.stderr
     assert len(list(videos.parent.glob("*.mp4"))) == 8
     assert len(videos.read_text().splitlines()) == 8
