@@ -117,9 +117,8 @@ def run_plain(
 
 
 def run_smuggled(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 180) -> BenchRun:
-    """Run with ``DATA_FD=1``: records come hidden in standard output."""
-    env = dict(env, DATA_FD="1")
-    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    """Run with ``DATA_FD=1``: records come hidden in standard output (`run_plain`)."""
+    proc = run_plain(argv, dict(env, DATA_FD="1"), cwd, timeout)
     plain, lines = SmuggleDecoder().feed(proc.stdout)
     return BenchRun(proc.returncode, plain, proc.stderr, [json.loads(x) for x in lines])
 
