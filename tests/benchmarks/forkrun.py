@@ -9,7 +9,7 @@ SCRIPT as ``python SCRIPT`` would: in its folder, with that folder and the envir
 ``PYTHONPATH`` first on ``sys.path``, as ``__main__``, with the given environment, the
 interpreter's warning filters, standard input from /dev/null, a data pipe announced by
 ``DATA_FD``; its end waits for its threads and runs the atexit hooks. A fresh interpreter
-costs a torch process 1.1 to 1.5 s of CPU more; ``MILABENCH_TEST_FORK=0`` turns the
+costs a torch process 1.1 to 2.5 s of CPU more; ``MILABENCH_TEST_FORK=0`` turns the
 server off. The server's side is forkserve.py.
 """
 
@@ -23,16 +23,16 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-#: Variables that may be read while torch (and the libraries it loads: OpenMP, oneDNN,
-#: MKL, OpenBLAS, CUDA) is imported, and the interpreter's own: a run whose value differs
-#: from the server's starts a fresh interpreter. The child applies PYTHONPATH and
-#: PYTHONUNBUFFERED; torch reads the `LAZY` ones when used (inductor's cache, the NVML
-#: check), from the child's environment. (torch sets TORCHINDUCTOR_CACHE_DIR in the
-#: worker's environment once a test compiled something.)
+#: Variables that may be read while torch and torch._dynamo (and the libraries they load:
+#: OpenMP, oneDNN, MKL, OpenBLAS, CUDA) are imported, and the interpreter's own: a run
+#: whose value differs from the server's starts a fresh interpreter. The child applies
+#: PYTHONPATH and PYTHONUNBUFFERED; torch reads the `LAZY` ones when used (inductor's
+#: cache folder, the NVML check), from the child's environment. (torch sets
+#: TORCHINDUCTOR_CACHE_DIR in the worker's environment once a test compiled something.)
 SENSITIVE = ("PYTHON", "TORCH", "PYTORCH", "ATEN_", "ONEDNN_", "DNNL_", "MKL", "OMP_",
              "KMP_", "GOMP_", "OPENBLAS", "CUDA", "NVIDIA", "LD_", "MALLOC")  # fmt: skip
 APPLIED = ("PYTHONPATH", "PYTHONUNBUFFERED")
-LAZY = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "PYTORCH_NVML_BASED_CUDA_CHECK")
+LAZY = ("TORCHINDUCTOR_CACHE_DIR", "PYTORCH_NVML_BASED_CUDA_CHECK")
 SERVE = Path(__file__).with_name("forkserve.py")
 
 

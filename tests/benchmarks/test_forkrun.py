@@ -19,6 +19,7 @@ from .conftest import run_with_pipe
 SCRIPT = """\
 import atexit, json, os, sys, threading, time, warnings
 import torch
+torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # imports torch._dynamo
 seen = {
     "name": __name__, "argv": sys.argv, "cwd": os.getcwd(), "path": sys.path[:2],
     "variable": os.environ.get("FORKRUN_CHECK"), "filters": [str(f) for f in warnings.filters],
@@ -41,6 +42,11 @@ def _env(tmp_path) -> dict[str, str]:
     env = dict(os.environ, FORKRUN_CHECK="yes", PYTHONPATH=str(tmp_path / "lib"))
     env.pop("MILABENCH_TEST_FORK", None)
     return env
+
+
+@pytest.fixture(autouse=True)
+def _served(monkeypatch):
+    monkeypatch.delenv("MILABENCH_TEST_FORK", raising=False)  # these check the server
 
 
 def test_a_forked_run_is_what_a_fresh_interpreter_runs(tmp_path, monkeypatch):
