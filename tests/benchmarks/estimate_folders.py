@@ -49,6 +49,7 @@ def main() -> int:
     todo: dict[str, list[dict]] = json.loads(sys.stdin.read())
     warnings.simplefilter("ignore")
     import torch  # noqa: F401 - shared by every child
+    import torch._dynamo  # noqa: F401 - what the first dispatch of a measuring mode imports
 
     try:  # and the modules transformers loads lazily, which every model of it needs
         import transformers  # noqa: F401
