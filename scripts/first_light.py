@@ -342,8 +342,11 @@ def write_reports(call: Call, *, last: bool = False) -> None:
     rows = summary.read_rows(call.args.out / "report.csv")
     call.state["budget"] = call.args.budget
     call.save()
-    upstream = summary.upstream_memory(summary.gpu_names(call.args.out / "machine.json"))
-    text = summary.render(call.state, rows, folder, upstream)
+    names = summary.gpu_names(call.args.out / "machine.json")
+    upstream = summary.upstream_memory(names)
+    rates = summary.upstream_rates(names)
+    notes = summary.not_comparable(call.args.out / "report.json")
+    text = summary.render(call.state, rows, folder, upstream, rates, notes)
     (call.args.out / "first-light.md").write_text(text)
 
 

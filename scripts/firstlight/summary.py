@@ -5,7 +5,9 @@ datasheet peak (``config/peaks.yaml``, as the report gives it) and against the b
 matmul peak measured in the same call, the peak GPU memory beside the start-up estimate
 (`benchkit.memory`) and upstream milabench's observation on a GPU of the same name at
 the same batch size (``tests/benchmarks/data/upstream_memory.yaml``, read when PyYAML
-is importable). Read from the state of the call, the run folder's ``report.csv`` and
+is importable), and the rate against upstream's on a GPU of the same family at the same
+batch size (``upstream_rates.yaml``): a gap over 5% is a parity question. Read from the
+state of the call, the run folder's ``report.csv`` and ``report.json`` and
 ``machine.json``; rewritten after every entry, so a call cut short still says what it
 measured.
 
@@ -16,13 +18,20 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from firstlight.selection import PEAK_ENTRY
 
-UPSTREAM_MEMORY = (
-    Path(__file__).resolve().parents[2] / "tests" / "benchmarks" / "data" / "upstream_memory.yaml"
-)
+DATA = Path(__file__).resolve().parents[2] / "tests" / "benchmarks" / "data"
+UPSTREAM_MEMORY = DATA / "upstream_memory.yaml"
+UPSTREAM_RATES = DATA / "upstream_rates.yaml"
+#: A rate further than this from upstream's (relative) is a parity question.
+PARITY_GAP = 0.05
+#: Product names of another form factor than upstream's sizing files name (they give the
+#: family only: H100, H200): another card, other clocks and power, never compared.
+OTHER_FORM = re.compile(r"PCIe|NVL", re.IGNORECASE)
 
 
 def _float(value: object) -> float | None:
@@ -91,17 +100,139 @@ def upstream_memory(names: list[str], path: Path = UPSTREAM_MEMORY) -> dict[str,
     return out
 
 
+@dataclass
+class UpstreamRates:
+    """Upstream's rates on one GPU family (``gpu``), from ``source``: entry -> its
+    ``median`` and ``n`` runs, ``per`` (gpu or node), ``batch_size``, ``excluded``."""
+
+    gpu: str
+    source: str
+    entries: dict[str, dict] = field(default_factory=dict)
+
+
+def gpu_family(names: list[str], families: list[str]) -> str | None:
+    """The first of ``families`` (H100, H200, MI325, ...) that names one of the machine's
+    GPUs as a whole word (MI325 matches MI325X); another form factor (PCIe, NVL) never."""
+    for family in families:
+        word = re.compile(rf"(?<![A-Za-z0-9]){re.escape(family)}X?(?![A-Za-z0-9])")
+        if any(word.search(name) and not OTHER_FORM.search(name) for name in names):
+            return family
+    return None
+
+
+def upstream_rates(names: list[str], path: Path = UPSTREAM_RATES) -> UpstreamRates | None:
+    """Upstream's rates on the family of the machine's GPUs; None without PyYAML, the
+    file or a family in it."""
+    try:
+        import yaml
+
+        data = yaml.safe_load(path.read_text())
+    except (ImportError, OSError, ValueError):
+        return None
+    source = data.get("source") or {}
+    files = source.get("files") or {}
+    family = gpu_family(names, list(files))
+    if family is None:
+        return None
+    where = f"{source.get('repository')} {str(source.get('commit', ''))[:8]}, {files[family]}"
+    out = UpstreamRates(family, where)
+    for entry, info in (data.get("entries") or {}).items():
+        for obs in info.get("observations") or []:
+            if obs.get("gpu") != family:
+                continue
+            excluded = [r["excluded"] for r in obs.get("rates") or [] if r.get("excluded")]
+            out.entries[entry] = {"median": obs.get("median"), "n": obs.get("n", 0),
+                                  "per": info.get("per", "gpu"), "excluded": excluded,
+                                  "batch_size": info.get("batch_size")}  # fmt: skip
+    return out
+
+
+def not_comparable(report_json: Path) -> dict[str, str]:
+    """entry -> why the run's report says its figure is not comparable with upstream's
+    (a stand-in input, a different recipe: the report's ``upstream`` section)."""
+    try:
+        data = json.loads(report_json.read_text())
+    except (OSError, ValueError):
+        return {}
+    items = (data.get("upstream") or {}).get("not_comparable") or []
+    return {str(i["name"]): str(i.get("reason", "")) for i in items
+            if isinstance(i, dict) and "name" in i}  # fmt: skip
+
+
+def versus(entry: str, row: dict, rates: UpstreamRates | None,
+           notes: dict[str, str]) -> tuple[str, str] | None:  # fmt: skip
+    """(gap, verdict) of the entry's rate (per GPU: the report's ``perf``) against
+    upstream's median; None when upstream has no figure for it on this GPU family."""
+    up = rates.entries.get(entry) if rates else None
+    if up is None:
+        return None
+    if up["per"] == "node":
+        return "-", "not compared: upstream's figure is for every GPU of its node"
+    if up["median"] is None:
+        return "-", f"not compared: upstream's runs are excluded ({up['excluded'][0]})"
+    ours = _float(row.get("perf")) or _float(row.get("rate"))
+    if ours is None:
+        return "-", "no rate measured"
+    gap = ours / up["median"] - 1
+    text = f"{gap * 100:+.1f}%"
+    parity = str(row.get("parity") or "")
+    reason = notes.get(entry) or (parity.partition(":")[2].strip()
+                                  if parity.startswith("different") else "")  # fmt: skip
+    if reason:
+        return text, f"not comparable: {reason}"
+    if abs(gap) <= PARITY_GAP:
+        return text, f"within {PARITY_GAP:.0%}"
+    side = "faster" if gap > 0 else "slower"
+    return text, f"parity question: {side} by {abs(gap):.0%}"
+
+
+def upstream_section(state: dict, rows: dict[str, dict], rates: UpstreamRates | None,
+                     notes: dict[str, str]) -> list[str]:  # fmt: skip
+    """The lines of "Against upstream": every entry that ran and has an upstream rate."""
+    if rates is None:
+        return []
+    lines = []
+    for entry in state.get("entries") or []:
+        name = entry["name"]
+        row = rows.get(name, {})
+        found = versus(name, row, rates, notes)
+        if found is None or entry.get("status") != "done":
+            continue
+        up = rates.entries[name]
+        ours = _float(row.get("perf")) or _float(row.get("rate"))
+        lines.append(f"| {name} | {up['batch_size']} | {num(ours)} | {num(up['median'])} | "
+                     f"{up['n']} | {found[0]} | {found[1]} |")  # fmt: skip
+    if not lines:
+        return []
+    return [
+        "",
+        f"Against upstream's {rates.gpu} ({rates.source}): the same entry at the same batch "
+        f"size, our rate per GPU against the median of upstream's runs; a gap over "
+        f"{PARITY_GAP:.0%} is a parity question.",
+        "",
+        "| entry | batch | rate | upstream | runs | gap | verdict |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        *lines,
+    ]
+
+
 def measured_peak(rows: dict[str, dict]) -> float | None:
     """The bf16 matmul's TFLOPS measured in this call (None when it did not run)."""
     return _float(rows.get(PEAK_ENTRY, {}).get("tflops"))
 
 
 def render(
-    state: dict, rows: dict[str, dict], run_dir: Path, upstream: dict[str, float] | None = None
+    state: dict,
+    rows: dict[str, dict],
+    run_dir: Path,
+    upstream: dict[str, float] | None = None,
+    rates: UpstreamRates | None = None,
+    notes: dict[str, str] | None = None,
 ) -> str:
     """The Markdown summary (see the module docstring); ``upstream``: entry -> upstream's
-    observed GPU memory (MiB) on this GPU, when known."""
-    upstream = upstream or {}
+    observed GPU memory (MiB) on this GPU, when known; ``rates``: upstream's rates on
+    this GPU's family; ``notes``: entry -> why the report says it is not comparable."""
+    upstream, notes = upstream or {}, notes or {}
     peak = measured_peak(rows)
     lines = [
         "# First light",
@@ -111,8 +242,8 @@ def render(
         "",
         "| entry | status | wall s | rate | 95% interval | units | TFLOPS | MFU % "
         "(datasheet) | MFU % (measured peak) | peak GPU MiB | estimate MiB | upstream MiB "
-        "| note |",
-        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| vs upstream rate | note |",
+        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in state.get("entries") or []:
         row = rows.get(entry["name"], {})
@@ -121,14 +252,17 @@ def render(
         low, high = _float(row.get("ci95_low")), _float(row.get("ci95_high"))
         interval = f"{num(low)} - {num(high)}" if low is not None else "-"
         peak_mib = _float(row.get("peak_memory"))
+        found = versus(entry["name"], row, rates, notes) if entry["status"] == "done" else None
+        gap = found[0] if found else "-"
         lines.append(
             f"| {entry['name']} | {entry['status']} | {entry.get('seconds', '-')} | "
             f"{num(_float(row.get('rate')))} | {interval} | {row.get('units') or '-'} | "
             f"{num(tflops)} | {num(mfu * 100 if mfu is not None else None)} | "
             f"{num(100 * tflops / peak if tflops and peak else None)} | "
             f"{num(peak_mib)} | {num(_float(row.get('memory_estimate')))} | "
-            f"{num(upstream.get(entry['name']))} | {entry.get('note', '')} |"
+            f"{num(upstream.get(entry['name']))} | {gap} | {entry.get('note', '')} |"
         )
+    lines += upstream_section(state, rows, rates, notes)
     left = state.get("left_out") or {}
     if left:
         lines += ["", "Left out:", ""]

@@ -120,6 +120,46 @@ def test_the_summary_puts_peak_memory_beside_estimate_and_upstream(tmp_path):
     assert f"| 15100 | 16000 | {upstream['bert-tf32-fp16']:.0f} |" in line
 
 
+def test_the_summary_puts_each_rate_beside_upstreams_and_names_a_parity_question(tmp_path):
+    """Upstream's rate on the machine's GPU family at the same batch size beside ours:
+    within 5%, a parity question beyond, not comparable where the report says so, not
+    compared for a figure of upstream's whole node; another form factor never matched."""
+    rates = summary.upstream_rates(["NVIDIA H200"])
+    assert rates is not None and rates.gpu == "H200" and "config/scaling/H200.yaml" in rates.source
+    assert summary.upstream_rates(["NVIDIA H100 80GB HBM3"]).gpu == "H100"
+    assert summary.upstream_rates(["AMD Instinct MI325X"]).gpu == "MI325"
+    for other in (["NVIDIA H200 NVL"], ["NVIDIA H100 PCIe"], ["cpu"], []):
+        assert summary.upstream_rates(other) is None, other
+    up = {n: rates.entries[n]["median"] for n in ("resnet50", "bert-tf32-fp16", "llava-single")}
+    assert rates.entries["lightning-gpus"]["per"] == "node"
+    rows = {
+        "resnet50": {"perf": str(up["resnet50"] * 0.97), "parity": "same"},
+        "bert-tf32-fp16": {"perf": str(up["bert-tf32-fp16"] * 0.8)},
+        "llava-single": {"perf": str(up["llava-single"] * 2)},
+        "lightning-gpus": {"perf": "1200"},
+        "reformer": {},
+    }
+    names = ["resnet50", "bert-tf32-fp16", "llava-single", "lightning-gpus", "reformer"]
+    state = {"entries": [{"name": n, "status": "failed" if n == "reformer" else "done"}
+                         for n in names]}  # fmt: skip
+    (tmp_path / "report.json").write_text(json.dumps({"upstream": {"not_comparable": [
+        {"name": "llava-single", "reason": "stand-in input: llava-instruct not prepared"}]}}))  # fmt: skip
+    notes = summary.not_comparable(tmp_path / "report.json")
+    text = summary.render(state, rows, tmp_path, {}, rates, notes)
+    section = text.split("Against upstream's H200", 1)[1]
+    verdict = {x.split("|")[1].strip(): x.split("|")[-2].strip() for x in section.splitlines()
+               if x.startswith("| ") and not x.startswith("| entry")}  # fmt: skip
+    assert verdict == {
+        "resnet50": "within 5%",
+        "bert-tf32-fp16": "parity question: slower by 20%",
+        "llava-single": "not comparable: stand-in input: llava-instruct not prepared",
+        "lightning-gpus": "not compared: upstream's figure is for every GPU of its node",
+    }
+    line = next(x for x in text.splitlines() if x.startswith("| bert-tf32-fp16 | done"))
+    assert "| -20.0% |" in line
+    assert summary.render(state, rows, tmp_path).count("Against upstream") == 0
+
+
 # ------------------------------------------------------------- processes and the budget
 
 
