@@ -5,13 +5,13 @@
 
 Reads upstream's sizing files (``config/scaling/<GPU>.yaml`` at one commit of a clone or
 mirror of github.com/mila-iqia/milabench, read with ``git show``: no work tree needed)
-and writes ``tests/benchmarks/data/upstream_rates.yaml``: for every entry of
+and writes ``config/upstream_rates.yaml``: for every entry of
 ``upstream_memory.yaml`` (the standard suite's entries at their batch sizes), upstream's
 ``perf`` at that same batch size on each GPU, its median and count, whether the figure is
 per GPU (``per_gpu`` entries) or for a whole node (torchrun, njobs), and the exclusions
 that ``upstream_memory.yaml`` makes of the same runs (an older upstream entry). The
 commit and the GPU files default to ``upstream_memory.yaml``'s ``source`` and ``gpus``.
-First light (``scripts/firstlight/summary.py``) puts each entry's rate beside these.
+The report (`milabench.report.upstream_rates`) and first light put each rate beside these.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "benchmarks" / "data"
 MEMORY = DATA / "upstream_memory.yaml"
-OUT = DATA / "upstream_rates.yaml"
+OUT = ROOT / "config" / "upstream_rates.yaml"
 SUITE = ROOT / "config" / "standard.yaml"
 #: A system for loading the suite: every entry enabled, plans resolved.
 SYSTEM = {

@@ -367,6 +367,8 @@ class BenchResult:
     reason: str | None = None
     # the suite entry's `parity` ("same" / "different: <why>", docs/parity.md), or None
     parity: str | None = None
+    # the `--batch-size` of its argv, when it has one (held against upstream's figures)
+    batch_size: int | None = None
     # the `inputs` record of its rank 0 (docs/inputs.md): upstream's inputs or a stand-in
     inputs: dict | None = None
     phase: str = "run"
@@ -409,6 +411,24 @@ def apply_entry(br: BenchResult, entry: Entry | Mapping[str, Any]) -> None:
     br.group = entry.group or br.group
     br.plan_method = entry.plan.method
     br.parity = entry.parity
+    br.batch_size = batch_size_of(entry.argv)
+
+
+def batch_size_of(argv: Any) -> int | None:
+    """The ``--batch-size`` of an entry's argv (a list or a mapping); None without one, or
+    when it is not a whole number (an unresolved placeholder)."""
+    if isinstance(argv, Mapping):
+        value = argv.get("--batch-size")
+    elif isinstance(argv, list):
+        items = [str(a) for a in argv]
+        at = items.index("--batch-size") if "--batch-size" in items else -1
+        value = items[at + 1] if 0 <= at < len(items) - 1 else None
+    else:
+        value = None
+    try:
+        return int(str(value)) if value is not None and not isinstance(value, bool) else None
+    except ValueError:
+        return None
 
 
 def _accelerator_stats(br: BenchResult, files: list[FileResult], per_gpu: bool) -> None:

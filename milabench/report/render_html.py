@@ -20,6 +20,7 @@ from milabench.report.render_tables import (
     doctor_lines,
     fmt_halfwidth,
     parity_lines,
+    rate_lines,
     score_text,
     system_value,
     table_cells,
@@ -91,7 +92,7 @@ def _section(title: str, lines: list[str]) -> list[Markup]:
 
 def _comparison(report: Report) -> list[str]:
     headline = comparison_headline(report)
-    return ([headline] if headline else []) + parity_lines(report)
+    return ([headline] if headline else []) + parity_lines(report) + rate_lines(report)
 
 
 def _breakdown(report: Report) -> Markup:

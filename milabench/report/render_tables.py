@@ -19,7 +19,13 @@ from typing import Any
 
 from milabench.report.aggregate import fmt_overhead
 from milabench.report.build import Report
-from milabench.report.upstream import UPSTREAM_WEIGHTED, comparability, stand_in_reason
+from milabench.report.upstream import (
+    UPSTREAM_WEIGHTED,
+    RateComparison,
+    comparability,
+    rate_comparison,
+    stand_in_reason,
+)
 from milabench.rundata.numbers import MISSING, fmt_bytes, fmt_pct, fmt_seconds, fmt_sig
 
 COLUMNS = [
@@ -274,6 +280,18 @@ def comparison_headline(report: Report) -> str | None:
     return comp.headline() if comp is not None else None
 
 
+def rates_against_upstream(report: Report) -> RateComparison | None:
+    """The run's rates against upstream's figures on its GPU's family
+    (`milabench.report.upstream.rate_comparison`); None without one."""
+    return rate_comparison(report.benchmarks, report.system.get("product"))
+
+
+def rate_lines(report: Report) -> list[str]:
+    """The heading and one line per entry of `rates_against_upstream`; [] without."""
+    found = rates_against_upstream(report)
+    return found.lines({br.name: br.units for br in report.benchmarks}) if found else []
+
+
 def parity_lines(report: Report) -> list[str]:
     """``bench: reason`` for each of upstream's weighted entries that is not comparable
     (those not in the run on one line), the `-gpus` entries that ran on one GPU, and any
@@ -347,10 +365,12 @@ def render_text(report: Report) -> str:
         lines += [""] + _title("Warnings")
         lines += [f"  ~ {w}" for w in warnings]
     headline, different = comparison_headline(report), parity_lines(report)
-    if headline or different:
+    rates = rate_lines(report)
+    if headline or different or rates:
         lines += [""] + _title("Comparison with upstream milabench")
         lines += [f"  {headline}"] if headline else []
         lines += [f"  ≠ {d}" for d in different]
+        lines += [f"  {rates[0]}"] + [f"    {r}" for r in rates[1:]] if rates else []
     machine = doctor_lines(report)
     if machine:
         lines += [""] + _title("Machine at the start")
@@ -407,10 +427,14 @@ def render_markdown(report: Report) -> str:
         out += ["", "**Warnings**", ""]
         out.extend(f"* {_md_escape(w)}" for w in warnings)
     headline, different = comparison_headline(report), parity_lines(report)
-    if headline or different:
+    rates = rate_lines(report)
+    if headline or different or rates:
         out += ["", "**Comparison with upstream milabench** (docs/parity.md)", ""]
         out += [_md_escape(headline), ""] if headline else []
         out.extend(f"* {_md_escape(d)}" for d in different)
+        if rates:
+            out += ["", _md_escape(rates[0]), ""]
+            out.extend(f"* {_md_escape(r)}" for r in rates[1:])
     machine = doctor_lines(report)
     if machine:
         out += ["", "**Machine at the start** (milabench doctor)", ""]
@@ -512,8 +536,16 @@ def report_dict(report: Report) -> dict[str, Any]:
 
 
 def _upstream_dict(report: Report) -> dict[str, Any] | None:
+    """Comparability (`comparability`), and ``rates`` against upstream's figures on the
+    run's GPU family when there are some; None when neither applies."""
     comp = comparability(report.benchmarks)
-    return comp.as_dict() if comp is not None else None
+    rates = rates_against_upstream(report)
+    if comp is None and rates is None:
+        return None
+    out = comp.as_dict() if comp is not None else {}
+    if rates is not None:
+        out["rates"] = rates.as_dict()
+    return out
 
 
 def render_json(report: Report) -> str:

@@ -5,7 +5,9 @@ weights, whether this run measured it with upstream's work and inputs: measured,
 suite entry says ``parity: same`` (docs/parity.md), and its benchmark did not announce a
 synthetic stand-in for a missing input (the ``inputs`` record, docs/inputs.md). Every
 other weighted entry is listed with the reason. None when the run holds none of them (a
-CPU suite has nothing to compare with upstream).
+CPU suite has nothing to compare with upstream). `rate_comparison(benchmarks, product)`
+holds each measured entry's rate against upstream's on the same GPU family
+(`milabench.report.upstream_rates`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from milabench.report.upstream_rates import UpstreamRates, Versus, heading, load, versus
+from milabench.rundata.numbers import fmt_sig
 
 UPSTREAM_VERSION = "v1.3.2"
 
@@ -110,3 +115,41 @@ def comparability_lines(comp: Comparability | None) -> list[str]:
             "ran on 1 GPU (as upstream runs them on a 1-GPU node): " + ", ".join(comp.one_gpu)
         )
     return lines
+
+
+@dataclass
+class RateComparison:
+    """The run's rates against upstream's on one GPU family (`rates`), one `Versus` each."""
+
+    rates: UpstreamRates
+    rows: list[Versus]
+
+    def lines(self, units: dict[str, str | None]) -> list[str]:
+        """The heading, then ``entry: ours vs upstream unit per GPU (gap): verdict``."""
+        out = [heading(self.rates)]
+        for v in self.rows:
+            unit = units.get(v.name) or ""
+            gap = f" ({v.gap_text})" if v.gap is not None else ""
+            out.append(f"{v.name}: {fmt_sig(v.ours)} vs {fmt_sig(v.upstream)} {unit}"
+                       f"{gap}: {v.verdict}".replace("  ", " "))  # fmt: skip
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gpu": self.rates.gpu, "source": self.rates.source,
+                "entries": [v.as_dict() for v in self.rows]}  # fmt: skip
+
+
+def rate_comparison(benchmarks: Iterable[Any], product: str | None) -> RateComparison | None:
+    """Each measured benchmark (`BenchResult`) against upstream's figure on the family of
+    ``product`` (the run's GPU); None when there is no such figure."""
+    rates = load([product] if product else [])
+    if rates is None:
+        return None
+    rows = []
+    for br in benchmarks:
+        if br.summary is None:
+            continue
+        found = versus(rates, br.name, br.perf, entry_reason(br), br.batch_size)
+        if found is not None:
+            rows.append(found)
+    return RateComparison(rates, rows) if rows else None

@@ -6,10 +6,10 @@ matmul peak measured in the same call, the peak GPU memory beside the start-up e
 (`benchkit.memory`) and upstream milabench's observation on a GPU of the same name at
 the same batch size (``tests/benchmarks/data/upstream_memory.yaml``, read when PyYAML
 is importable), and the rate against upstream's on a GPU of the same family at the same
-batch size (``upstream_rates.yaml``): a gap over 5% is a parity question. Read from the
-state of the call, the run folder's ``report.csv`` and ``report.json`` and
-``machine.json``; rewritten after every entry, so a call cut short still says what it
-measured.
+batch size (``config/upstream_rates.yaml``, through `milabench.report.upstream_rates`):
+a gap over 5% is a parity question. Read from the state of the call, the run folder's
+``report.csv`` and ``report.json`` and ``machine.json``; rewritten after every entry, so
+a call cut short still says what it measured.
 
 Standard library only (PyYAML optional).
 """
@@ -17,21 +17,37 @@ Standard library only (PyYAML optional).
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
-import re
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
 
 from firstlight.selection import PEAK_ENTRY
 
-DATA = Path(__file__).resolve().parents[2] / "tests" / "benchmarks" / "data"
-UPSTREAM_MEMORY = DATA / "upstream_memory.yaml"
-UPSTREAM_RATES = DATA / "upstream_rates.yaml"
-#: A rate further than this from upstream's (relative) is a parity question.
-PARITY_GAP = 0.05
-#: Product names of another form factor than upstream's sizing files name (they give the
-#: family only: H100, H200): another card, other clocks and power, never compared.
-OTHER_FORM = re.compile(r"PCIe|NVL", re.IGNORECASE)
+REPO = Path(__file__).resolve().parents[2]
+UPSTREAM_MEMORY = REPO / "tests" / "benchmarks" / "data" / "upstream_memory.yaml"
+RATES_MODULE = REPO / "milabench" / "report" / "upstream_rates.py"
+
+
+def _load_rates_module():
+    """`milabench.report.upstream_rates`, loaded from its file: it imports nothing of
+    milabench, and this script runs before milabench is importable."""
+    name = "firstlight_upstream_rates"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, RATES_MODULE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while building
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+rates_module = _load_rates_module()
+UpstreamRates = rates_module.UpstreamRates
+
+
+def upstream_rates(names: list[str]) -> UpstreamRates | None:
+    """Upstream's rates on the family of the machine's GPUs (None: no family matches)."""
+    return rates_module.load(names)
 
 
 def _float(value: object) -> float | None:
@@ -100,53 +116,6 @@ def upstream_memory(names: list[str], path: Path = UPSTREAM_MEMORY) -> dict[str,
     return out
 
 
-@dataclass
-class UpstreamRates:
-    """Upstream's rates on one GPU family (``gpu``), from ``source``: entry -> its
-    ``median`` and ``n`` runs, ``per`` (gpu or node), ``batch_size``, ``excluded``."""
-
-    gpu: str
-    source: str
-    entries: dict[str, dict] = field(default_factory=dict)
-
-
-def gpu_family(names: list[str], families: list[str]) -> str | None:
-    """The first of ``families`` (H100, H200, MI325, ...) that names one of the machine's
-    GPUs as a whole word (MI325 matches MI325X); another form factor (PCIe, NVL) never."""
-    for family in families:
-        word = re.compile(rf"(?<![A-Za-z0-9]){re.escape(family)}X?(?![A-Za-z0-9])")
-        if any(word.search(name) and not OTHER_FORM.search(name) for name in names):
-            return family
-    return None
-
-
-def upstream_rates(names: list[str], path: Path = UPSTREAM_RATES) -> UpstreamRates | None:
-    """Upstream's rates on the family of the machine's GPUs; None without PyYAML, the
-    file or a family in it."""
-    try:
-        import yaml
-
-        data = yaml.safe_load(path.read_text())
-    except (ImportError, OSError, ValueError):
-        return None
-    source = data.get("source") or {}
-    files = source.get("files") or {}
-    family = gpu_family(names, list(files))
-    if family is None:
-        return None
-    where = f"{source.get('repository')} {str(source.get('commit', ''))[:8]}, {files[family]}"
-    out = UpstreamRates(family, where)
-    for entry, info in (data.get("entries") or {}).items():
-        for obs in info.get("observations") or []:
-            if obs.get("gpu") != family:
-                continue
-            excluded = [r["excluded"] for r in obs.get("rates") or [] if r.get("excluded")]
-            out.entries[entry] = {"median": obs.get("median"), "n": obs.get("n", 0),
-                                  "per": info.get("per", "gpu"), "excluded": excluded,
-                                  "batch_size": info.get("batch_size")}  # fmt: skip
-    return out
-
-
 def not_comparable(report_json: Path) -> dict[str, str]:
     """entry -> why the run's report says its figure is not comparable with upstream's
     (a stand-in input, a different recipe: the report's ``upstream`` section)."""
@@ -159,61 +128,35 @@ def not_comparable(report_json: Path) -> dict[str, str]:
             if isinstance(i, dict) and "name" in i}  # fmt: skip
 
 
-def versus(entry: str, row: dict, rates: UpstreamRates | None,
-           notes: dict[str, str]) -> tuple[str, str] | None:  # fmt: skip
-    """(gap, verdict) of the entry's rate (per GPU: the report's ``perf``) against
-    upstream's median; None when upstream has no figure for it on this GPU family."""
-    up = rates.entries.get(entry) if rates else None
-    if up is None:
-        return None
-    if up["per"] == "node":
-        return "-", "not compared: upstream's figure is for every GPU of its node"
-    if up["median"] is None:
-        return "-", f"not compared: upstream's runs are excluded ({up['excluded'][0]})"
-    ours = _float(row.get("perf")) or _float(row.get("rate"))
-    if ours is None:
-        return "-", "no rate measured"
-    gap = ours / up["median"] - 1
-    text = f"{gap * 100:+.1f}%"
+def versus(entry: str, row: dict, rates: UpstreamRates | None, notes: dict[str, str]):
+    """`milabench.report.upstream_rates.versus` of one row of ``report.csv``: the rate per
+    GPU (``perf``), the report's reason when not comparable (``notes``, ``parity``)."""
     parity = str(row.get("parity") or "")
     reason = notes.get(entry) or (parity.partition(":")[2].strip()
-                                  if parity.startswith("different") else "")  # fmt: skip
-    if reason:
-        return text, f"not comparable: {reason}"
-    if abs(gap) <= PARITY_GAP:
-        return text, f"within {PARITY_GAP:.0%}"
-    side = "faster" if gap > 0 else "slower"
-    return text, f"parity question: {side} by {abs(gap):.0%}"
+                                  if parity.startswith("different") else None)  # fmt: skip
+    ours = _float(row.get("perf"))
+    return rates_module.versus(rates, entry, ours if ours is not None else _float(row.get("rate")),
+                               reason)  # fmt: skip
 
 
 def upstream_section(state: dict, rows: dict[str, dict], rates: UpstreamRates | None,
                      notes: dict[str, str]) -> list[str]:  # fmt: skip
-    """The lines of "Against upstream": every entry that ran and has an upstream rate."""
+    """The lines of "Against upstream": every entry that finished and has an upstream rate."""
     if rates is None:
         return []
     lines = []
     for entry in state.get("entries") or []:
-        name = entry["name"]
-        row = rows.get(name, {})
-        found = versus(name, row, rates, notes)
+        found = versus(entry["name"], rows.get(entry["name"], {}), rates, notes)
         if found is None or entry.get("status") != "done":
             continue
-        up = rates.entries[name]
-        ours = _float(row.get("perf")) or _float(row.get("rate"))
-        lines.append(f"| {name} | {up['batch_size']} | {num(ours)} | {num(up['median'])} | "
-                     f"{up['n']} | {found[0]} | {found[1]} |")  # fmt: skip
+        lines.append(f"| {found.name} | {found.batch_size} | {num(found.ours)} | "
+                     f"{num(found.upstream)} | {found.runs} | {found.gap_text} | "
+                     f"{found.verdict} |")  # fmt: skip
     if not lines:
         return []
-    return [
-        "",
-        f"Against upstream's {rates.gpu} ({rates.source}): the same entry at the same batch "
-        f"size, our rate per GPU against the median of upstream's runs; a gap over "
-        f"{PARITY_GAP:.0%} is a parity question.",
-        "",
-        "| entry | batch | rate | upstream | runs | gap | verdict |",
-        "|---|---:|---:|---:|---:|---:|---|",
-        *lines,
-    ]
+    return ["", rates_module.heading(rates), "",
+            "| entry | batch | rate | upstream | runs | gap | verdict |",
+            "|---|---:|---:|---:|---:|---:|---|", *lines]  # fmt: skip
 
 
 def measured_peak(rows: dict[str, dict]) -> float | None:
@@ -253,7 +196,7 @@ def render(
         interval = f"{num(low)} - {num(high)}" if low is not None else "-"
         peak_mib = _float(row.get("peak_memory"))
         found = versus(entry["name"], row, rates, notes) if entry["status"] == "done" else None
-        gap = found[0] if found else "-"
+        gap = found.gap_text if found else "-"
         lines.append(
             f"| {entry['name']} | {entry['status']} | {entry.get('seconds', '-')} | "
             f"{num(_float(row.get('rate')))} | {interval} | {row.get('units') or '-'} | "

@@ -1,6 +1,7 @@
 """How far a score stands next to upstream milabench's: the report counts upstream's
 weighted entries measured with upstream's work and inputs, names the others with the
-reason, and `compare` warns when two scores are over different entries."""
+reason, holds each rate against upstream's on the same GPU, and `compare` warns when two
+scores are over different entries."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchshared.inputs import MANIFEST, inputs_record
 from milabench.report import build_report, render
+from milabench.report.aggregate import batch_size_of
 from milabench.report.upstream import UPSTREAM_WEIGHTED
+from milabench.report.upstream_rates import load
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synth import entry, write_file  # noqa: E402
@@ -112,3 +117,81 @@ def test_compare_warns_when_the_scores_cover_different_entries(tmp_path: Path):
     assert "A is comparable with upstream milabench on 1 of its weighted entries, B on 3" in (
         proc.stderr
     )
+
+
+H200 = {
+    "cpu": {"count": 16, "brand": "Test CPU"},
+    "os": {"sysname": "Linux", "nodename": "gpuhost"},
+    "accelerators": {"arch": "cuda", "gpus": {"0": {"product": "NVIDIA H200",
+                                                    "memory": {"total": 143771}}}},
+}  # fmt: skip
+
+
+def _gpu_run(d: Path, product: str = "NVIDIA H200") -> tuple[Path, dict[str, float]]:
+    """A run on one GPU named ``product``: resnet50 3% under upstream's H200 figure,
+    bert-tf32-fp16 20% under, reformer at another batch size, lightning-gpus (a node's
+    figure upstream), llm-lora-single on its stand-in; upstream's medians returned."""
+    meta = {**H200, "accelerators": {"arch": "cuda", "gpus": {"0": {"product": product}}}}
+    up = {n: load(["NVIDIA H200"]).entries[n]["median"]
+          for n in ("resnet50", "bert-tf32-fp16", "reformer", "llm-lora-single")}  # fmt: skip
+    runs = {
+        "resnet50": (0.97, 256, {}),
+        "bert-tf32-fp16": (0.8, 32, {}),
+        "reformer": (1.0, 64, {}),
+        "lightning-gpus": (None, 256, {"plan": {"method": "torchrun"}}),
+    }
+    for name, (share, batch, extra) in runs.items():
+        rate = 1200.0 if share is None else up[name] * share
+        config = entry(name, parity="same", argv={"--batch-size": batch}, **extra)
+        write_file(d, f"{name}.D0", config, rates=[rate] * 3, meta=meta)
+    record = inputs_record("llm-lora-single", {"alpaca-cleaned": None}, "random sequences")
+    write_file(
+        d, "llm-lora-single.D0",
+        entry("llm-lora-single", parity="same", argv=["--batch-size", "8"]),
+        rates=[up["llm-lora-single"]] * 3, meta=meta, extra=[_data(record)],
+    )  # fmt: skip
+    return d, up
+
+
+def test_each_rate_stands_beside_upstreams_on_the_same_gpu(tmp_path: Path):
+    """The report holds every measured entry against upstream's figure on the run's GPU
+    family at the same batch size: within 5%, a parity question, not comparable (another
+    batch size, a stand-in), not compared (a node's figure), in every format."""
+    d, up = _gpu_run(tmp_path / "runs" / "h200")
+    rep = build_report([d], validations=["all,-usage"])
+    text = render(rep, "text")
+    section = text.split("Comparison with upstream milabench")[1].split("\n\n")[0]
+    assert "Against upstream's H200 (mila-iqia/milabench faf39234, config/scaling/H200.yaml)" in (
+        section
+    )
+    lines = {ln.strip().split(":")[0]: ln.strip() for ln in section.splitlines()}
+    assert lines["resnet50"].endswith("items/s (-3.0%): within 5%")
+    assert lines["bert-tf32-fp16"].endswith("(-20.0%): parity question: slower by 20%")
+    assert lines["reformer"].endswith("not comparable: batch 64, upstream's figure is at 32")
+    assert lines["lightning-gpus"].endswith(
+        "not compared: upstream's figure is for every GPU of its node")  # fmt: skip
+    assert "(+0.0%): not comparable: ran random sequences" in lines["llm-lora-single"]
+    rates = json.loads(render(rep, "json"))["upstream"]["rates"]
+    assert rates["gpu"] == "H200"
+    rows = {r["name"]: r for r in rates["entries"]}
+    assert rows["bert-tf32-fp16"]["upstream"] == up["bert-tf32-fp16"]
+    assert rows["bert-tf32-fp16"]["gap"] == pytest.approx(-0.2)
+    assert rows["resnet50"]["batch_size"] == 256 and rows["resnet50"]["runs"] == 1
+    assert "parity question: slower by 20%" in render(rep, "markdown")
+    assert "parity question: slower by 20%" in render(rep, "html")
+
+
+def test_another_form_factor_or_no_gpu_has_no_upstream_rates(tmp_path: Path):
+    d, _ = _gpu_run(tmp_path / "runs" / "nvl", product="NVIDIA H200 NVL")
+    rep = build_report([d], validations=["all,-usage"])
+    assert "Against upstream's" not in render(rep, "text")
+    assert "rates" not in json.loads(render(rep, "json"))["upstream"]
+
+
+def test_the_batch_size_is_read_from_either_form_of_argv():
+    assert batch_size_of({"--batch-size": 256, "--lr": 0.1}) == 256
+    assert batch_size_of(["--model", "x", "--batch-size", "32"]) == 32
+    assert batch_size_of(["--batch-size"]) is None
+    assert batch_size_of({"--batch-size": "{batch}"}) is None
+    assert batch_size_of({"--batch-size": True}) is None
+    assert batch_size_of(None) is None and batch_size_of({"--lr": 1}) is None

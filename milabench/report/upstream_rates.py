@@ -1,0 +1,140 @@
+"""This run's rates beside upstream milabench's on the same GPU (``config/upstream_rates.yaml``).
+
+Upstream records, per GPU, the rate of every entry at each batch size it ran
+(``config/scaling/<GPU>.yaml``); ``scripts/upstream_rates.py`` keeps the runs at our
+suite's batch sizes. `load(products)` picks the GPU family that names the machine's GPU
+(`gpu_family`: H200 in "NVIDIA H200"; another form factor, PCIe or NVL, never);
+`versus(...)` gives an entry's gap and verdict: within `PARITY_GAP`, a parity question
+beyond, not comparable (a stand-in, another recipe, another batch size), or not compared
+(upstream's figure is a whole node's). Standard library and PyYAML only, importing no
+other module of milabench: ``scripts/first_light.py`` loads this file by its path
+before milabench is importable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_RATES = Path(__file__).resolve().parents[2] / "config" / "upstream_rates.yaml"
+#: A rate further than this from upstream's (relative) is a parity question.
+PARITY_GAP = 0.05
+#: Product names of another form factor than upstream's sizing files name (they give the
+#: family only: H100, H200): another card, other clocks and power, never compared.
+OTHER_FORM = re.compile(r"PCIe|NVL", re.IGNORECASE)
+
+
+@dataclass
+class UpstreamRates:
+    """Upstream's rates on one GPU family (``gpu``), from ``source``: entry -> its
+    ``median`` and ``n`` runs, ``per`` (gpu or node), ``batch_size``, ``excluded``."""
+
+    gpu: str
+    source: str
+    entries: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass
+class Versus:
+    """One entry against upstream: our rate per GPU, upstream's median over ``runs``,
+    the relative ``gap`` (None when not computed) and the ``verdict``."""
+
+    name: str
+    ours: float | None
+    upstream: float | None
+    runs: int
+    gap: float | None
+    verdict: str
+    batch_size: int | None = None
+
+    @property
+    def gap_text(self) -> str:
+        return "-" if self.gap is None else f"{self.gap * 100:+.1f}%"
+
+    @property
+    def question(self) -> bool:
+        """A parity question: comparable, and further than `PARITY_GAP` from upstream."""
+        return self.verdict.startswith("parity question")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "batch_size": self.batch_size, "ours": self.ours,
+                "upstream": self.upstream, "runs": self.runs, "gap": self.gap,
+                "verdict": self.verdict}  # fmt: skip
+
+
+def gpu_family(names: list[str], families: list[str]) -> str | None:
+    """The first of ``families`` (H100, H200, MI325, ...) that names one of the machine's
+    GPUs as a whole word (MI325 matches MI325X); another form factor (PCIe, NVL) never."""
+    for family in families:
+        word = re.compile(rf"(?<![A-Za-z0-9]){re.escape(family)}X?(?![A-Za-z0-9])")
+        if any(word.search(name) and not OTHER_FORM.search(name) for name in names):
+            return family
+    return None
+
+
+def load(products: list[str], path: Path = DEFAULT_RATES) -> UpstreamRates | None:
+    """Upstream's rates on the family of ``products`` (the machine's GPU names); None
+    without PyYAML, the file, or a family of it among them."""
+    try:
+        import yaml
+
+        data = yaml.safe_load(Path(path).read_text())
+    except (ImportError, OSError, ValueError):
+        return None
+    source = (data or {}).get("source") or {}
+    files = source.get("files") or {}
+    family = gpu_family([p for p in products if p], list(files))
+    if family is None:
+        return None
+    where = f"{source.get('repository')} {str(source.get('commit', ''))[:8]}, {files[family]}"
+    out = UpstreamRates(family, where)
+    for entry, info in (data.get("entries") or {}).items():
+        for obs in info.get("observations") or []:
+            if obs.get("gpu") != family:
+                continue
+            excluded = [r["excluded"] for r in obs.get("rates") or [] if r.get("excluded")]
+            out.entries[entry] = {"median": obs.get("median"), "n": obs.get("n", 0),
+                                  "per": info.get("per", "gpu"), "excluded": excluded,
+                                  "batch_size": info.get("batch_size")}  # fmt: skip
+    return out
+
+
+def versus(rates: UpstreamRates | None, name: str, ours: float | None,
+           reason: str | None = None, batch_size: int | None = None) -> Versus | None:  # fmt: skip
+    """``name``'s rate per GPU (``ours``) against upstream's median; None when upstream
+    has no figure for it on this family. ``reason``: why this run's figure is not
+    comparable (the report's), if it is not; ``batch_size``: the run's, when known."""
+    up = rates.entries.get(name) if rates else None
+    if up is None:
+        return None
+    median, runs, batch = up["median"], int(up["n"] or 0), up["batch_size"]
+
+    def result(gap: float | None, verdict: str) -> Versus:
+        return Versus(name, ours, median, runs, gap, verdict, batch)
+
+    if up["per"] == "node":
+        return result(None, "not compared: upstream's figure is for every GPU of its node")
+    if median is None:
+        return result(None, f"not compared: upstream's runs are excluded ({up['excluded'][0]})")
+    if ours is None or ours != ours:  # missing or NaN
+        return result(None, "no rate measured")
+    gap = ours / median - 1
+    if batch_size is not None and batch is not None and batch_size != batch:
+        return result(gap, f"not comparable: batch {batch_size}, upstream's figure is at {batch}")
+    if reason:
+        return result(gap, f"not comparable: {reason}")
+    if abs(gap) <= PARITY_GAP:
+        return result(gap, f"within {PARITY_GAP:.0%}")
+    side = "faster" if gap > 0 else "slower"
+    return result(gap, f"parity question: {side} by {abs(gap):.0%}")
+
+
+def heading(rates: UpstreamRates) -> str:
+    """The one line that says what the figures are held against."""
+    return (
+        f"Against upstream's {rates.gpu} ({rates.source}): the same entry at the same batch "
+        f"size, our rate per GPU against the median of upstream's runs; a gap over "
+        f"{PARITY_GAP:.0%} is a parity question."
+    )
