@@ -6,7 +6,8 @@ wait for the device to finish the step, which is what the timing must never do. 
 to some index have been converted, `LossBuffer.take` returns the losses of those steps
 as floats: device tensors are first copied to pinned host memory behind the step that
 computed them (`start_host_copy`) and handed out once the copy has landed (an event
-*queried*); at the end (``final``) everything is read at once. Batches come out in the
+*queried*); at the end (``final``) each copy in flight is waited for, then everything is
+read at once. Batches come out in the
 order the losses were added. torch is never imported here (only used when the benchmark
 already imported it).
 """
@@ -52,7 +53,9 @@ class LossBuffer:
         out: list[tuple[list[float], list[float]]] = []
         landed = 0
         for event, host, times in self.copies:
-            if not (final or event.query()):
+            if final:
+                event.synchronize()  # the pinned buffer holds garbage until it has landed
+            elif not event.query():
                 break  # copies land in order: the later ones are not there either
             out.append(([float(x) for x in host.tolist()], times))
             landed += 1

@@ -121,3 +121,28 @@ def test_loss_buffer_hands_out_the_losses_of_converted_steps_in_order():
     losses.add("not a number", 5)
     ((values, _),) = losses.take(boundary=9, final=False, on_device=False)
     assert math.isnan(values[0])
+
+
+def test_the_final_take_waits_for_each_host_copy_still_in_flight():
+    """A loss copy to pinned host memory (CUDA only) is read once its event says it has
+    landed: queried between steps, waited for at the end; read earlier, the buffer holds
+    whatever the allocator left there."""
+
+    class Landing(Event):
+        def __init__(self, host, values):
+            super().__init__(0, False)
+            self.host, self.values = host, values
+
+        def synchronize(self):
+            super().synchronize()
+            self.host.copy_(torch.tensor(self.values))
+
+    losses = LossBuffer()
+    first, second = torch.full((2,), -7.0), torch.full((1,), -7.0)  # not landed yet
+    e1, e2 = Landing(first, [0.5, 0.25]), Landing(second, [0.125])
+    losses.copies += [(e1, first, [1.0, 2.0]), (e2, second, [3.0])]
+    assert losses.take(boundary=9, final=False, on_device=True) == []  # queried, not there
+    assert e1.waits == 0 and e1.queries == 1 and e2.queries == 0
+    assert losses.take(boundary=9, final=True, on_device=True) == [
+        ([0.5, 0.25], [1.0, 2.0]), ([0.125], [3.0])]  # fmt: skip
+    assert (e1.waits, e2.waits) == (1, 1) and losses.copies == []
