@@ -23,7 +23,9 @@ dinov2 repository is not on the package registries; this is its training step
   KoLeo (0.1) on the student's global CLS tokens, the iBOT loss on the masked patches;
   ShardedGradScaler, gradient norm clipped at 3.0 per student part, AdamW (DINOv2's
   parameter groups: no weight decay on biases, norms and layer scales, patch embedding
-  at 0.2 x the learning rate), teacher EMA over the flat parameters.
+  at 0.2 x the learning rate), teacher EMA over the flat parameters; the teacher's
+  gathered weights are freed after its forward (`reshard`), so that each step gathers
+  the EMA's weights again.
 * precision and parallelism: each part of student and teacher wrapped in FSDP (
   ``SHARD_GRAD_OP``, one unit per chunk of 10 blocks), parameters and gradient
   reductions in fp16 (the student heads reduce in fp32), buffers fp32, as
@@ -275,6 +277,8 @@ def train_losses(
         t_dino = t_dino.view(2, -1, t_dino.shape[-1])
         t_ibot = teacher["ibot_head"](buffer)[:m]
         t_ibot = sinkhorn_knopp(t_ibot, args.teacher_temp, samples=n_masked)
+    for part in teacher.values():
+        reshard(part)
 
     s_glob, s_local = student["backbone"]([glob, local], masks=[masks, None])
     s_cls = s_glob[:, 0]
@@ -344,6 +348,29 @@ def shard(module: nn.Module, args: argparse.Namespace, device: torch.device, red
             device_id=device, sync_module_states=device.type != "cpu", use_orig_params=True,
             auto_wrap_policy=ModuleWrapPolicy(units),
         )  # fmt: skip
+
+
+def reshard(part: nn.Module) -> None:
+    """Free the gathered weights of ``part``'s sharded FSDP units, as DINOv2's
+    ``reshard_fsdp_model`` does after the teacher's forward. The teacher never runs a
+    backward, and ``SHARD_GRAD_OP`` frees gathered weights only there: without this, its
+    next forward skips the all-gather and keeps the first step's weights, so the EMA never
+    reaches it and the gather's traffic is never paid (several ranks; one rank runs
+    ``NO_SHARD``, where there is nothing to free). FSDP's handle is private API: a torch
+    without it stops the run with the reason, rather than measuring other work."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardingStrategy
+
+    for unit in FSDP.fsdp_modules(part):
+        if unit.sharding_strategy is ShardingStrategy.NO_SHARD or not unit._has_params:
+            continue
+        handle = getattr(unit, "_handle", None)
+        if handle is None or not hasattr(handle, "reshard"):
+            raise RuntimeError(
+                f"torch {torch.__version__}: FSDP units have no `_handle.reshard`; the "
+                "teacher's gathered weights cannot be freed after its forward"
+            )
+        handle.reshard(True)
 
 
 def flat_params(part: nn.Module) -> list[torch.Tensor]:

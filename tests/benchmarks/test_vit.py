@@ -86,6 +86,60 @@ def test_two_ranks(bench, entry, smoke: SmokeRun):
     assert "terminate called" not in smoke.stderr_of(entry)
 
 
+RESHARD = """
+import importlib.util, sys
+import torch, torch.distributed as dist, torch.nn as nn
+sys.path.insert(0, sys.argv[1])
+spec = importlib.util.spec_from_file_location("dinov2_main", sys.argv[1] + "/main.py")
+main = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(main)
+dist.init_process_group("gloo")
+
+class Part(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+torch.manual_seed(0)
+args = main.parse_args(["--precision", sys.argv[2], "--device", "cpu"])
+teacher = main.shard(Part(), args, torch.device("cpu"), reduce_fp32=False)
+x = torch.ones(2, 8)
+for step in range(3):
+    with torch.no_grad():
+        out = teacher(x).float()
+    main.reshard(teacher)
+    expected = 0.0 if step else None
+    if expected is not None:
+        assert out.abs().max().item() == expected, (step, out)
+    with torch.no_grad():  # what the EMA does: the sharded flat parameters, in place
+        for p in main.flat_params(teacher):
+            p.zero_()
+print("rank", dist.get_rank(), "ok")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_teacher_gathers_the_emas_weights_at_every_step_on_two_ranks(tmp_path, precision):
+    """FSDP's ``SHARD_GRAD_OP`` frees gathered weights only after a backward, which the
+    teacher never runs: `reshard` frees them after its forward (DINOv2's
+    ``reshard_fsdp_model``), so the next forward gathers what the EMA wrote. Two gloo
+    ranks, the benchmark's own `shard` and `flat_params`, with and without mixed
+    precision; without `reshard` the zeroed weights never reach the forward."""
+    script = tmp_path / "reshard.py"
+    script.write_text(RESHARD)
+    done = run_plain([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                      "--standalone", str(script), str(BENCHMARKS / "dinov2"), precision],
+                     bench_env(), tmp_path, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count(" ok") == 2, done.stdout
+
+
 def test_upstream_settings_are_the_defaults():
     """main.py's defaults are upstream's: DINOv2's vitg14.yaml over its default config
     and milabench's overrides (batch 32, 10 workers); jepa's vith16.yaml (batch 24, 12
