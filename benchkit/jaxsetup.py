@@ -25,17 +25,16 @@ _PLUGINS = ("jax-cuda", "jax-rocm", "jaxlib-cuda", "jaxlib-rocm")
 def configure(device: str | None, threads: int | None = None) -> None:
     """Environment variables JAX reads when it is imported: call before ``import jax``.
 
-    ``--device cpu`` sets ``JAX_PLATFORMS=cpu`` (unless already set); ``threads`` bounds
-    XLA's CPU thread pool. Other devices leave JAX free to choose; `require_device`
-    then checks what it chose.
+    ``--device cpu`` sets ``JAX_PLATFORMS=cpu`` (unless already set). Other devices leave
+    JAX free to choose; `require_device` then checks what it chose. ``threads`` is not
+    applied: XLA has no setting for its CPU thread pool, which uses every CPU the process
+    may run on (its affinity: ``taskset`` bounds it). The often-quoted
+    ``intra_op_parallelism_threads=N`` in ``XLA_FLAGS`` lacks ``--`` and XLA skips it
+    (measured: jax 0.11.2 runs a matmul on both cores of a 2-core machine with ``N=1``).
     """
+    del threads  # kept for the callers' signature: see above
     if device == "cpu":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    if threads:
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = (
-            f"{flags} --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
-        ).strip()
 
 
 def gpu_plugins() -> list[str]:

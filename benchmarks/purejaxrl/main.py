@@ -129,7 +129,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reward-scaling", type=float, default=0.1)
     # all
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: JAX's)")
-    parser.add_argument("--threads", type=int, default=None, help="XLA CPU threads")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="ignored: XLA has no CPU thread setting (bound it with taskset)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the resolved workload (JSON) and exit"
@@ -154,7 +159,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def configure(args: argparse.Namespace) -> None:
-    """JAX platform and CPU threads, before jax is imported (`benchkit.jaxsetup`)."""
+    """JAX's platform, before jax is imported (`benchkit.jaxsetup`)."""
     from benchkit.jaxsetup import configure as configure_jax
 
     # JAX allocates as it goes instead of taking 75% of the GPU at start (upstream's too)
