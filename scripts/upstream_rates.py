@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Upstream milabench's recorded rates, entry by entry, beside which to put ours.
+"""Upstream milabench's recorded rates and memory, entry by entry, to put ours beside.
 
     python scripts/upstream_rates.py UPSTREAM_GIT_DIR [--commit C] [--memory F] [--out F]
 
 Reads upstream's sizing files (``config/scaling/<GPU>.yaml`` at one commit of a clone or
 mirror of github.com/mila-iqia/milabench, read with ``git show``: no work tree needed)
-and writes ``config/upstream_rates.yaml``: for every entry of
-``upstream_memory.yaml`` (the standard suite's entries at their batch sizes), upstream's
-``perf`` at that same batch size on each GPU, its median and count, whether the figure is
-per GPU (``per_gpu`` entries) or for a whole node (torchrun, njobs), and the exclusions
-that ``upstream_memory.yaml`` makes of the same runs (an older upstream entry). The
-commit and the GPU files default to ``upstream_memory.yaml``'s ``source`` and ``gpus``.
-The report (`milabench.report.upstream_rates`) and first light put each rate beside these.
+and writes ``config/upstream_rates.yaml``: for every entry of ``upstream_memory.yaml``
+(the standard suite's entries at their batch sizes), upstream's ``perf`` and memory at
+that same batch size on each GPU, their medians and count, whether the figure is per
+GPU (``per_gpu`` entries) or for a whole node (torchrun, njobs), and the exclusions that
+``upstream_memory.yaml`` makes of the same runs (an older upstream entry). The commit
+and the GPU files default to ``upstream_memory.yaml``'s ``source`` and ``gpus``. The
+report (`milabench.report.upstream_rates`) and first light put each run beside these.
 """
 
 from __future__ import annotations
@@ -38,19 +38,21 @@ SYSTEM = {
 }
 
 HEADER = """\
-# Upstream milabench's recorded rates for the entries of config/standard.yaml, at the batch
-# size our suite runs them with. Written by scripts/upstream_rates.py (do not edit by
-# hand; run it again on a newer upstream commit).
+# Upstream milabench's recorded rates and memory for the entries of config/standard.yaml,
+# at the batch size our suite runs them with. Written by scripts/upstream_rates.py (do
+# not edit by hand; run it again on a newer upstream commit).
 #
 # Source: {repository} at commit {commit},
 # files config/scaling/<GPU>.yaml. Each observation there is one run of the entry at one
 # batch size; `perf` is its rate in the entry's own unit (items/s, tokens/s, ...), the
-# unit this suite's report gives. `rates`: every run at our batch size; `median` and `n`:
-# of those not `excluded` (upstream_memory.yaml's exclusion of the same run: an older
-# upstream entry). `per`: `gpu` for an entry that runs one process per GPU (upstream's
-# figure is one GPU's), `node` for one that uses every GPU of its node (torchrun, njobs:
-# the figure is the node's, on as many GPUs as upstream's machine had: its H100 and H200
-# figures for diffusion-gpus are 3.9 and 8.0 times diffusion-single's). Figures only.
+# unit this suite's report gives; `memory_mib` the most GPU memory in use its monitor
+# saw (NVML's "used"). `rates`: every run at our batch size; `median`, `memory_median`
+# and `n`: of those not `excluded` (upstream_memory.yaml's exclusion of the same run: an
+# older upstream entry). `per`: `gpu` for an entry that runs one process per GPU
+# (upstream's figure is one GPU's), `node` for one that uses every GPU of its node
+# (torchrun, njobs: the figure is the node's, on as many GPUs as upstream's machine had:
+# its H100 and H200 figures for diffusion-gpus are 3.9 and 8.0 times diffusion-single's).
+# Figures only.
 """
 
 
@@ -114,14 +116,15 @@ def scopes(suite_path: Path = SUITE) -> dict[str, str]:
 
 
 def entry_rates(name: str, batch: int, sizing: dict[str, dict], excluded: dict) -> list[dict]:
-    """One record per GPU with a run of ``name`` at ``batch``: its rates and median."""
+    """One record per GPU with a run of ``name`` at ``batch``: its runs, the median rate
+    and the median memory (MiB) of those not excluded."""
     out = []
     for gpu, data in sizing.items():
         runs = [o for o in ((data.get(name) or {}).get("observations") or [])
                 if o.get("batch_size") == batch and o.get("perf") is not None]  # fmt: skip
         if not runs:
             continue
-        rates, kept = [], []
+        rates, kept, memory = [], [], []
         for run in runs:
             rate = {"perf": round(float(run["perf"]), 2), "memory_mib": mib(run.get("memory"))}
             why = excluded.get((name, gpu, rate["memory_mib"]))
@@ -129,9 +132,12 @@ def entry_rates(name: str, batch: int, sizing: dict[str, dict], excluded: dict) 
                 rate["excluded"] = why
             else:
                 kept.append(rate["perf"])
+                if rate["memory_mib"] is not None:
+                    memory.append(rate["memory_mib"])
             rates.append(rate)
         record = {"gpu": gpu, "rates": rates, "n": len(kept)}
         record["median"] = round(statistics.median(kept), 2) if kept else None
+        record["memory_median"] = round(statistics.median(memory)) if memory else None
         out.append(record)
     return out
 

@@ -125,13 +125,17 @@ class RateComparison:
     rows: list[Versus]
 
     def lines(self, units: dict[str, str | None]) -> list[str]:
-        """The heading, then ``entry: ours vs upstream unit per GPU (gap): verdict``."""
+        """The heading, then ``entry: ours vs upstream unit (gap): verdict`` and, where
+        both sides have it, ``; memory ours vs upstream MiB (gap): verdict``."""
         out = [heading(self.rates)]
         for v in self.rows:
             unit = units.get(v.name) or ""
             gap = f" ({v.gap_text})" if v.gap is not None else ""
-            out.append(f"{v.name}: {fmt_sig(v.ours)} vs {fmt_sig(v.upstream)} {unit}"
-                       f"{gap}: {v.verdict}".replace("  ", " "))  # fmt: skip
+            line = f"{v.name}: {fmt_sig(v.ours)} vs {fmt_sig(v.upstream)} {unit}{gap}: {v.verdict}"
+            if v.memory_verdict is not None and v.memory_gap is not None:
+                line += (f"; memory {fmt_sig(v.memory_ours)} vs {fmt_sig(v.memory_upstream)} "
+                         f"MiB ({v.memory_gap_text}): {v.memory_verdict}")  # fmt: skip
+            out.append(line.replace("  ", " "))
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -149,7 +153,8 @@ def rate_comparison(benchmarks: Iterable[Any], product: str | None) -> RateCompa
     for br in benchmarks:
         if br.summary is None:
             continue
-        found = versus(rates, br.name, br.perf, entry_reason(br), br.batch_size)
+        found = versus(rates, br.name, br.perf, entry_reason(br), br.batch_size,
+                       br.peak_memory)  # fmt: skip
         if found is not None:
             rows.append(found)
     return RateComparison(rates, rows) if rows else None

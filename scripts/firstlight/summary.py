@@ -135,8 +135,8 @@ def versus(entry: str, row: dict, rates: UpstreamRates | None, notes: dict[str, 
     reason = notes.get(entry) or (parity.partition(":")[2].strip()
                                   if parity.startswith("different") else None)  # fmt: skip
     ours = _float(row.get("perf"))
-    return rates_module.versus(rates, entry, ours if ours is not None else _float(row.get("rate")),
-                               reason)  # fmt: skip
+    ours = ours if ours is not None else _float(row.get("rate"))
+    return rates_module.versus(rates, entry, ours, reason, None, _float(row.get("peak_memory")))
 
 
 def upstream_section(state: dict, rows: dict[str, dict], rates: UpstreamRates | None,
@@ -151,12 +151,15 @@ def upstream_section(state: dict, rows: dict[str, dict], rates: UpstreamRates | 
             continue
         lines.append(f"| {found.name} | {found.batch_size} | {num(found.ours)} | "
                      f"{num(found.upstream)} | {found.runs} | {found.gap_text} | "
-                     f"{found.verdict} |")  # fmt: skip
+                     f"{found.verdict} | {num(found.memory_ours)} | "
+                     f"{num(found.memory_upstream)} | {found.memory_gap_text} | "
+                     f"{found.memory_verdict or '-'} |")  # fmt: skip
     if not lines:
         return []
     return ["", rates_module.heading(rates), "",
-            "| entry | batch | rate | upstream | runs | gap | verdict |",
-            "|---|---:|---:|---:|---:|---:|---|", *lines]  # fmt: skip
+            "| entry | batch | rate | upstream | runs | gap | verdict | peak MiB | "
+            "upstream MiB | memory gap | memory verdict |",
+            "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|", *lines]  # fmt: skip
 
 
 def measured_peak(rows: dict[str, dict]) -> float | None:

@@ -127,23 +127,30 @@ H200 = {
 }  # fmt: skip
 
 
+def upstream_memory(name: str) -> float:
+    """Upstream's median peak memory (MiB) for ``name`` on an H200, from the data file."""
+    return load(["NVIDIA H200"]).entries[name]["memory"]
+
+
 def _gpu_run(d: Path, product: str = "NVIDIA H200") -> tuple[Path, dict[str, float]]:
-    """A run on one GPU named ``product``: resnet50 3% under upstream's H200 figure,
-    bert-tf32-fp16 20% under, reformer at another batch size, lightning-gpus (a node's
+    """A run on one GPU named ``product``: resnet50 3% under upstream's H200 figure (2%
+    more memory), bert-tf32-fp16 20% under (25% more memory), reformer at another batch size, lightning-gpus (a node's
     figure upstream), llm-lora-single on its stand-in; upstream's medians returned."""
     meta = {**H200, "accelerators": {"arch": "cuda", "gpus": {"0": {"product": product}}}}
     up = {n: load(["NVIDIA H200"]).entries[n]["median"]
           for n in ("resnet50", "bert-tf32-fp16", "reformer", "llm-lora-single")}  # fmt: skip
     runs = {
-        "resnet50": (0.97, 256, {}),
-        "bert-tf32-fp16": (0.8, 32, {}),
-        "reformer": (1.0, 64, {}),
-        "lightning-gpus": (None, 256, {"plan": {"method": "torchrun"}}),
+        "resnet50": (0.97, 256, {}, 1.02),
+        "bert-tf32-fp16": (0.8, 32, {}, 1.25),
+        "reformer": (1.0, 64, {}, None),
+        "lightning-gpus": (None, 256, {"plan": {"method": "torchrun"}}, None),
     }
-    for name, (share, batch, extra) in runs.items():
+    for name, (share, batch, extra, memory) in runs.items():
         rate = 1200.0 if share is None else up[name] * share
         config = entry(name, parity="same", argv={"--batch-size": batch}, **extra)
-        write_file(d, f"{name}.D0", config, rates=[rate] * 3, meta=meta)
+        gpu = [] if memory is None else [
+            {"0": {"memory": [upstream_memory(name) * memory, 143771], "load": 0.9}}]  # fmt: skip
+        write_file(d, f"{name}.D0", config, rates=[rate] * 3, meta=meta, gpudata=gpu)
     record = inputs_record("llm-lora-single", {"alpaca-cleaned": None}, "random sequences")
     write_file(
         d, "llm-lora-single.D0",
@@ -165,8 +172,12 @@ def test_each_rate_stands_beside_upstreams_on_the_same_gpu(tmp_path: Path):
         section
     )
     lines = {ln.strip().split(":")[0]: ln.strip() for ln in section.splitlines()}
-    assert lines["resnet50"].endswith("items/s (-3.0%): within 5%")
-    assert lines["bert-tf32-fp16"].endswith("(-20.0%): parity question: slower by 20%")
+    assert lines["resnet50"].endswith(
+        "items/s (-3.0%): within 5%; memory 14,100 vs 13,900 MiB (+2.0%): within 5%")  # fmt: skip
+    assert lines["bert-tf32-fp16"].endswith(
+        "(-20.0%): parity question: slower by 20%; memory 20,100 vs 16,000 MiB (+25.0%): "
+        "parity question: more memory by 25%")  # fmt: skip
+    assert "memory" not in lines["reformer"]  # no GPU samples: no peak to compare
     assert lines["reformer"].endswith("not comparable: batch 64, upstream's figure is at 32")
     assert lines["lightning-gpus"].endswith(
         "not compared: upstream's figure is for every GPU of its node")  # fmt: skip
@@ -177,6 +188,9 @@ def test_each_rate_stands_beside_upstreams_on_the_same_gpu(tmp_path: Path):
     assert rows["bert-tf32-fp16"]["upstream"] == up["bert-tf32-fp16"]
     assert rows["bert-tf32-fp16"]["gap"] == pytest.approx(-0.2)
     assert rows["resnet50"]["batch_size"] == 256 and rows["resnet50"]["runs"] == 1
+    assert rows["bert-tf32-fp16"]["memory_gap"] == pytest.approx(0.25)
+    assert rows["bert-tf32-fp16"]["upstream_memory_mib"] == upstream_memory("bert-tf32-fp16")
+    assert rows["lightning-gpus"]["memory_verdict"] is None
     assert "parity question: slower by 20%" in render(rep, "markdown")
     assert "parity question: slower by 20%" in render(rep, "html")
 

@@ -132,9 +132,17 @@ def test_the_summary_puts_each_rate_beside_upstreams_and_names_a_parity_question
         assert summary.upstream_rates(other) is None, other
     up = {n: rates.entries[n]["median"] for n in ("resnet50", "bert-tf32-fp16", "llava-single")}
     assert rates.entries["lightning-gpus"]["per"] == "node"
+    mem = {n: rates.entries[n]["memory"] for n in ("resnet50", "bert-tf32-fp16")}
     rows = {
-        "resnet50": {"perf": str(up["resnet50"] * 0.97), "parity": "same"},
-        "bert-tf32-fp16": {"perf": str(up["bert-tf32-fp16"] * 0.8)},
+        "resnet50": {
+            "perf": str(up["resnet50"] * 0.97),
+            "parity": "same",
+            "peak_memory": str(mem["resnet50"] * 1.02),
+        },
+        "bert-tf32-fp16": {
+            "perf": str(up["bert-tf32-fp16"] * 0.8),
+            "peak_memory": str(mem["bert-tf32-fp16"] * 0.9),
+        },
         "llava-single": {"perf": str(up["llava-single"] * 2)},
         "lightning-gpus": {"perf": "1200"},
         "reformer": {},
@@ -147,8 +155,12 @@ def test_the_summary_puts_each_rate_beside_upstreams_and_names_a_parity_question
     notes = summary.not_comparable(tmp_path / "report.json")
     text = summary.render(state, rows, tmp_path, {}, rates, notes)
     section = text.split("Against upstream's H200", 1)[1]
-    verdict = {x.split("|")[1].strip(): x.split("|")[-2].strip() for x in section.splitlines()
-               if x.startswith("| ") and not x.startswith("| entry")}  # fmt: skip
+    cells = {c[1]: c for c in (x.split("|") for x in section.splitlines())
+             if len(c) > 2 and c[1].strip() not in ("", "entry", "---")}  # fmt: skip
+    verdict = {k.strip(): c[7].strip() for k, c in cells.items()}
+    memory = {k.strip(): c[11].strip() for k, c in cells.items()}
+    assert memory == {"resnet50": "within 5%", "bert-tf32-fp16": "parity question: less memory "
+                      "by 10%", "llava-single": "-", "lightning-gpus": "-"}  # fmt: skip
     assert verdict == {
         "resnet50": "within 5%",
         "bert-tf32-fp16": "parity question: slower by 20%",

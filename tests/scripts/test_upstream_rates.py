@@ -90,11 +90,12 @@ def test_rates_at_our_batch_size_with_the_memory_files_exclusions(upstream):
     assert set(entries) == {"resnet50", "lightning-gpus", "llava-single"}
     assert entries["resnet50"] == {"batch_size": 256, "per": "gpu", "observations": [
         {"gpu": "H200", "rates": [{"perf": 2204.13, "memory_mib": 13862}], "n": 1,
-         "median": 2204.13}]}  # fmt: skip
+         "median": 2204.13, "memory_median": 13862}]}  # fmt: skip
     assert entries["lightning-gpus"]["per"] == "node"
     llava = entries["llava-single"]["observations"][0]
     assert [r.get("excluded") for r in llava["rates"]] == [None, "an older llava", None]
     assert llava["n"] == 2 and llava["median"] == pytest.approx(4.4)
+    assert llava["memory_median"] == 73074  # the excluded run's 15,321 MiB left out
     text = ur.dump(data)
     assert f"at commit {commit}," in text
     assert "- {perf: 2204.13, memory_mib: 13862}" in text
