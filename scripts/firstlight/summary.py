@@ -98,15 +98,16 @@ def gpu_names(machine_json: Path) -> list[str]:
 
 
 def upstream_memory(names: list[str], path: Path = UPSTREAM_MEMORY) -> dict[str, float]:
-    """entry -> upstream's largest observed GPU memory (MiB) on a GPU whose short name
-    (H100, H200, L40S, ...) is in one of ``names``; {} without PyYAML or a match."""
+    """entry -> upstream's largest observed GPU memory (MiB) on the GPU family that names
+    one of ``names`` (`gpu_family`: not a PCIe or NVL card); {} without PyYAML or one."""
     try:
         import yaml
 
         data = yaml.safe_load(path.read_text())
     except (ImportError, OSError, ValueError):
         return {}
-    wanted = {g for g in (data.get("gpus") or {}) if any(g in name for name in names)}
+    family = rates_module.gpu_family(names, list(data.get("gpus") or {}))
+    wanted = {family} if family else set()
     out: dict[str, float] = {}
     for entry, info in (data.get("entries") or {}).items():
         seen = [float(o["memory_mib"]) for o in (info or {}).get("observations") or []

@@ -112,6 +112,7 @@ def test_the_summary_puts_peak_memory_beside_estimate_and_upstream(tmp_path):
     machine.write_text(json.dumps({"accelerators": {"gpus": {"0": {"product": "NVIDIA H200"}}}}))
     upstream = summary.upstream_memory(summary.gpu_names(machine))
     assert upstream["bert-tf32-fp16"] > 10_000 and summary.upstream_memory(["cpu"]) == {}
+    assert summary.upstream_memory(["NVIDIA H200 NVL"]) == {}  # another card
     state = {"entries": [{"name": "bert-tf32-fp16", "status": "done", "seconds": 30}]}
     rows = {"bert-tf32-fp16": {"rate": "500", "peak_memory": "15100", "memory_estimate": "16000"}}
     text = summary.render(state, rows, tmp_path, upstream)
