@@ -346,7 +346,8 @@ def write_reports(call: Call, *, last: bool = False) -> None:
     upstream = summary.upstream_memory(names)
     rates = summary.upstream_rates(names)
     notes = summary.not_comparable(call.args.out / "report.json")
-    text = summary.render(call.state, rows, folder, upstream, rates, notes)
+    machine = summary.machine_line(call.args.out / "machine.json")
+    text = summary.render(call.state, rows, folder, upstream, rates, notes, machine)
     (call.args.out / "first-light.md").write_text(text)
 
 

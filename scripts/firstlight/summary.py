@@ -97,6 +97,45 @@ def gpu_names(machine_json: Path) -> list[str]:
     return [str(g.get("product") or g.get("name") or "") for g in gpus if isinstance(g, dict)]
 
 
+def machine_line(machine_json: Path) -> str | None:
+    """One line for the record: GPUs (count, product, memory), driver and its CUDA,
+    torch and its CUDA, Python, milabench's commit, the date (``milabench machine``);
+    None when the file cannot be read."""
+    try:
+        facts = json.loads(machine_json.read_text())
+    except (OSError, ValueError):
+        return None
+    acc = facts.get("accelerators") or {}
+    gpus = [g for g in (acc.get("gpus") or {}).values() if isinstance(g, dict)]
+    system = acc.get("system") or {}
+    parts = []
+    if gpus:
+        total = (gpus[0].get("memory") or {}).get("total")
+        size = f" ({total} MiB)" if total else ""
+        parts.append(f"{len(gpus)} x {gpus[0].get('product') or 'GPU'}{size}")
+    else:
+        parts.append(f"no GPU ({acc.get('arch') or 'cpu'})")
+    if system.get("driver_version"):
+        cuda = _cuda_version(system.get("cuda_driver_version"))
+        parts.append(f"driver {system['driver_version']}" + (f" (CUDA {cuda})" if cuda else ""))
+    torch = facts.get("torch") or {}
+    if torch.get("version"):
+        parts.append(f"torch {torch['version']}")
+    parts.append(f"Python {facts.get('python') or '-'}")
+    commit = str((facts.get("milabench") or {}).get("commit") or "")[:8]
+    parts.append(f"milabench {commit or '-'}")
+    return "machine: " + ", ".join(parts) + f"; {facts.get('date') or '-'}"
+
+
+def _cuda_version(value: object) -> str | None:
+    """NVML's CUDA driver version (13000) as 13.0; text as it is; None when absent."""
+    text = str(value or "").strip()
+    if text.isdigit() and len(text) >= 4:
+        number = int(text)
+        return f"{number // 1000}.{number % 1000 // 10}"
+    return text or None
+
+
 def upstream_memory(names: list[str], path: Path = UPSTREAM_MEMORY) -> dict[str, float]:
     """entry -> upstream's largest observed GPU memory (MiB) on the GPU family that names
     one of ``names`` (`gpu_family`: not a PCIe or NVL card); {} without PyYAML or one."""
@@ -175,10 +214,12 @@ def render(
     upstream: dict[str, float] | None = None,
     rates: UpstreamRates | None = None,
     notes: dict[str, str] | None = None,
+    machine: str | None = None,
 ) -> str:
     """The Markdown summary (see the module docstring); ``upstream``: entry -> upstream's
     observed GPU memory (MiB) on this GPU, when known; ``rates``: upstream's rates on
-    this GPU's family; ``notes``: entry -> why the report says it is not comparable."""
+    this GPU's family; ``notes``: entry -> why the report says it is not comparable;
+    ``machine``: `machine_line`."""
     upstream, notes = upstream or {}, notes or {}
     peak = measured_peak(rows)
     lines = [
@@ -186,6 +227,7 @@ def render(
         "",
         f"budget {state.get('budget', '-')} s, wall {state.get('wall', '-')} s; "
         f"measured bf16 peak: {num(peak)} TFLOPS",
+        *(["", machine] if machine else []),
         "",
         "| entry | status | wall s | rate | 95% interval | units | TFLOPS | MFU % "
         "(datasheet) | MFU % (measured peak) | peak GPU MiB | estimate MiB | upstream MiB "

@@ -121,6 +121,27 @@ def test_the_summary_puts_peak_memory_beside_estimate_and_upstream(tmp_path):
     assert f"| 15100 | 16000 | {upstream['bert-tf32-fp16']:.0f} |" in line
 
 
+def test_the_summary_names_the_machine_as_the_record_needs_it(tmp_path):
+    """Device, driver and versions on one line of first-light.md (what docs/benchmarks.md
+    records with the figures), read from ``milabench machine``'s JSON."""
+    machine = tmp_path / "machine.json"
+    machine.write_text(json.dumps({
+        "python": "3.12.3", "date": "2026-12-01T10:00:00+00:00",
+        "milabench": {"commit": "0123456789abcdef"}, "torch": {"version": "2.11.0+cu130"},
+        "accelerators": {"arch": "cuda", "gpus": {"0": {"product": "NVIDIA H200",
+                                                        "memory": {"total": 143771}}},
+                         "system": {"driver_version": "580.159.04",
+                                    "cuda_driver_version": "13000"}}}))  # fmt: skip
+    line = summary.machine_line(machine)
+    assert line == (
+        "machine: 1 x NVIDIA H200 (143771 MiB), driver 580.159.04 (CUDA 13.0), torch "
+        "2.11.0+cu130, Python 3.12.3, milabench 01234567; 2026-12-01T10:00:00+00:00"
+    )
+    text = summary.render({"entries": []}, {}, tmp_path, machine=line)
+    assert f"\n\n{line}\n" in text
+    assert summary.machine_line(tmp_path / "absent.json") is None
+
+
 def test_the_summary_puts_each_rate_beside_upstreams_and_names_a_parity_question(tmp_path):
     """Upstream's rate on the machine's GPU family at the same batch size beside ours:
     within 5%, a parity question beyond, not comparable where the report says so, not
