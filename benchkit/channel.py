@@ -253,3 +253,21 @@ def default_writer() -> DataWriter:
         _default_writer = DataWriter()
         atexit.register(_default_writer.close)
     return _default_writer
+
+
+def warn(text: str, kind: str) -> None:
+    """One line on stderr and, on rank 0 (``RANK`` unset, empty or 0), a ``message``
+    event marked ``warning: <kind>``, which the report lists. Never raises: the stderr
+    line is the note when the channel cannot be written."""
+    import os
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
+    if os.environ.get("RANK", "0") not in ("", "0"):
+        return
+    try:
+        writer = default_writer()
+        writer.event("message", {"message": text, "warning": kind})
+        writer.flush()
+    except Exception:  # noqa: BLE001 - the stderr line is the note
+        pass

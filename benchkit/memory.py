@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchkit.accelerators import fake_gpus
+from benchkit.hostmem import HOST_MEMORY_VARIABLE, host_bytes, host_may_grow, host_override
 
 GIB = 2**30
 #: GPU memory in use that no tensor of the step accounts for: the CUDA context, the loaded
@@ -940,16 +941,23 @@ def gpu_bytes(device: Any) -> int | None:
         return None
 
 
-def host_bytes() -> int | None:
-    """The node's memory (``MemTotal`` of /proc/meminfo), None when unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def host_reason(fp: Footprint, environ: Mapping[str, str] | None = None) -> tuple[str, bool]:
+    """Why ``fp`` does not fit the node's memory (`host_bytes`) and whether that is a
+    skip: ("", False) when it fits or is not checked; a skip unless the node's memory
+    may grow (`host_may_grow`, and no ``MILABENCH_HOST_MEMORY`` given), when it is a
+    warning and the entry runs."""
+    given, _ = host_override(environ)
+    reason = does_not_fit(fp, gpu_bytes=None, host_bytes=host_bytes(environ))
+    if reason is None:
+        return "", False
+    grows = None if given else host_may_grow()
+    if grows is None:
+        return reason, True
+    return (
+        f"may not fit: {reason} now, but {grows} can give it more; running "
+        f"({HOST_MEMORY_VARIABLE}=<GiB> states the node's memory)",
+        False,
+    )
 
 
 def no_estimate(exc: BaseException, *, label: str = "") -> str:
@@ -964,16 +972,9 @@ def no_estimate(exc: BaseException, *, label: str = "") -> str:
         f"{label + ': ' if label else ''}no memory estimate ({version_cause(exc)}); "
         "running without it"
     )
-    print(text, file=sys.stderr, flush=True)
-    if os.environ.get("RANK", "0") in ("", "0"):
-        try:
-            from benchkit.channel import default_writer
+    from benchkit.channel import warn
 
-            writer = default_writer()
-            writer.event("message", {"message": text, "warning": "memory"})
-            writer.flush()
-        except Exception:  # noqa: BLE001 - the stderr line is the note
-            pass
+    warn(text, "memory")
     return text
 
 
@@ -1001,7 +1002,8 @@ def skip_unless_it_fits(
     memory (`does_not_fit`: not even at the low end of the estimate's range), say why in
     one line with the numbers (stderr, and a ``message`` event marked ``skipped: memory``
     that the report shows as the entry's skip reason) and exit 0; when it fits only at
-    the low end (`tight_fit`), say so the same way, marked ``warning: memory``, and run.
+    the low end (`tight_fit`), or not the node's memory of a VM whose memory can grow
+    (`host_reason`), say so the same way, marked ``warning: memory``, and run.
     Every rank decides the same (same options, identical GPUs); rank 0 writes.
 
     ``fp`` may be a function that estimates it: it is called only on a GPU (or with
@@ -1018,9 +1020,12 @@ def skip_unless_it_fits(
         except Exception as exc:  # noqa: BLE001 - the estimate is optional, the run is not
             no_estimate(exc, label=label)
             return None
-    reason = does_not_fit(fp, gpu_bytes=capacity, host_bytes=host_bytes())
+    reason = does_not_fit(fp, gpu_bytes=capacity, host_bytes=None)
+    host, host_skip = host_reason(fp)
+    if reason is None and host_skip:
+        reason = host
     if reason is None:
-        warning = tight_fit(fp, gpu_bytes=capacity)
+        warning = "; ".join(w for w in (tight_fit(fp, gpu_bytes=capacity), host) if w) or None
         if warning is not None and os.environ.get("RANK", "0") in ("", "0"):
             text = f"{label + ': ' if label else ''}{warning}"
             print(text, file=sys.stderr, flush=True)

@@ -39,12 +39,19 @@ class RepeatedSamples:
 
 def repeated_loader(samples: Sequence[Any], batch_size: int, num_workers: int = 0) -> Any:
     """A `DataLoader` over `RepeatedSamples` (in order, default collation, pageable
-    memory): with ``len(samples) == batch_size`` every batch holds the same samples."""
+    memory): with ``len(samples) == batch_size`` every batch holds the same samples. Its
+    workers prefetch torch's 2 batches each, fewer where /dev/shm cannot hold them."""
     from torch.utils.data import DataLoader
 
+    from benchkit.shm import loader_prefetch, tensor_bytes
+
+    workers = max(0, num_workers)
+    batch_bytes = tensor_bytes(samples[0]) * batch_size if samples else 0
+    prefetch = loader_prefetch(batch_bytes, workers, 2, label="loader")
     return DataLoader(
-        RepeatedSamples(samples), batch_size=batch_size, num_workers=max(0, num_workers)
-    )
+        RepeatedSamples(samples), batch_size=batch_size, num_workers=workers,
+        prefetch_factor=prefetch,
+    )  # fmt: skip
 
 
 def collate(samples: Sequence[Any]) -> Any:

@@ -116,9 +116,14 @@ class Call:
         self.state_path = args.out / STATE
         self.state = self.load()
         # the GPU machine reaches nothing: no input fetch waits on a name that never
-        # resolves (entries that read upstream's inputs run their stand-ins, said so)
+        # resolves (entries that read upstream's inputs run their stand-ins, said so).
+        # A lent VM's MemTotal may be what it holds so far, not what it can have: an
+        # entry is not skipped for the host memory it needs (one that truly lacks it
+        # fails, named), unless the caller states the node's memory.
         self.env = {**os.environ, "MILABENCH_DASH": "no", "PYTHONUNBUFFERED": "1",
-                    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}  # fmt: skip
+                    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                    "MILABENCH_HOST_MEMORY": os.environ.get("MILABENCH_HOST_MEMORY")
+                    or "unchecked"}  # fmt: skip
 
     def options(self) -> dict:
         return {"config": str(self.args.config), "select": self.args.select,
@@ -346,7 +351,7 @@ def write_reports(call: Call, *, last: bool = False) -> None:
     upstream = summary.upstream_memory(names)
     rates = summary.upstream_rates(names)
     notes = summary.not_comparable(call.args.out / "report.json")
-    machine = summary.machine_line(call.args.out / "machine.json")
+    machine = summary.machine_line(call.args.out / "machine.json", summary.hostmem.mem_total())
     text = summary.render(call.state, rows, folder, upstream, rates, notes, machine)
     (call.args.out / "first-light.md").write_text(text)
 

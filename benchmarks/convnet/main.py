@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from model import ResNet
 
 from benchkit.exiting import run_and_exit
+from benchkit.shm import loader_prefetch
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, optimizer_step, setup
 from benchshared.datasets import data_dir
@@ -78,6 +79,7 @@ class ImageFolder(torch.utils.data.Dataset):
 
 def make_loader(args: argparse.Namespace) -> tuple[torch.utils.data.DataLoader, int]:
     dataset = ImageFolder(args.data or data_dir("convnet-jpeg"), args.image_size)
+    batch_bytes = args.batch_size * (3 * args.image_size**2 + 8)  # uint8 images, int64 labels
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=args.batch_size,
@@ -86,7 +88,7 @@ def make_loader(args: argparse.Namespace) -> tuple[torch.utils.data.DataLoader, 
         num_workers=args.num_workers,
         persistent_workers=args.num_workers > 0,
         pin_memory=torch.cuda.is_available(),
-        prefetch_factor=4 if args.num_workers > 0 else None,
+        prefetch_factor=loader_prefetch(batch_bytes, args.num_workers, 4, label="convnet"),
     )
     return loader, dataset.num_classes
 

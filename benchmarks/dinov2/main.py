@@ -51,6 +51,7 @@ from torch import nn
 from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
+from benchkit.shm import loader_prefetch, sampled_batch_bytes
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import (
     PRECISIONS,
@@ -406,6 +407,9 @@ def crop_batches(args: argparse.Namespace, rank: int, world: int, device: torch.
         dataset, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler,
         drop_last=True, num_workers=args.num_workers, collate_fn=Collate(args),
         persistent_workers=args.num_workers > 0, pin_memory=device.type == "cuda",
+        prefetch_factor=loader_prefetch(
+            sampled_batch_bytes(dataset, args.batch_size), args.num_workers, label="dinov2"
+        ),
     )  # fmt: skip
     return epochs(loader, 100_000)
 

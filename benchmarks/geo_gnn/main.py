@@ -47,6 +47,7 @@ from prepare import STATS, entry_name, real_subset, wants_real_molecules
 from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
+from benchkit.shm import loader_prefetch, sampled_batch_bytes
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import Setup, add_common_arguments, optimizer_step, setup
 from benchshared.datasets import data_dir
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     if real_wanted:
         announce(entry, {INPUT: source}, stand_in=STAND_IN)
 
+    batch_bytes = sampled_batch_bytes(dataset, args.batch_size)  # before the forget below
     if args.num_workers > 0:
         dataset.forget_connection()  # each forked worker opens its own
     loader = DataLoader(
@@ -246,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         shuffle=True,
         num_workers=args.num_workers,
         persistent_workers=args.num_workers > 0,
+        prefetch_factor=loader_prefetch(batch_bytes, args.num_workers, label="geo_gnn"),
     )  # upstream's: no pinned memory, a blocking copy to the device
     timed = TimedIterator(
         loader, batch_size_fn=lambda b: b.num_graphs, device=device, units="graphs/s"

@@ -37,6 +37,7 @@ from shapes import (
 from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare, declare_flops
 from benchkit.memory import check_memory
+from benchkit.shm import loader_prefetch, sampled_batch_bytes
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import add_common_arguments, init_distributed, setup, teardown_distributed
 from benchshared.datasets import data_dir
@@ -389,6 +390,9 @@ def make_loader(
         persistent_workers=args.num_workers > 0,
         drop_last=True,
         collate_fn=collate,
+        prefetch_factor=loader_prefetch(
+            sampled_batch_bytes(dataset, args.batch_size), args.num_workers, label="llava"
+        ),
     )
     if len(loader) == 0:  # every epoch would be empty: the loop would never end
         raise SystemExit(

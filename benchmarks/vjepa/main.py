@@ -57,6 +57,7 @@ from torch import nn
 from benchkit.exiting import run_and_exit
 from benchkit.flops import count_and_declare
 from benchkit.memory import check_memory
+from benchkit.shm import loader_prefetch, sampled_batch_bytes
 from benchkit.timing import TimedIterator
 from benchkit.torchsetup import (
     PRECISIONS,
@@ -367,6 +368,9 @@ def main(argv: list[str] | None = None) -> None:
         dataset, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler,
         drop_last=True, num_workers=args.num_workers, persistent_workers=args.num_workers > 0,
         pin_memory=device.type == "cuda", collate_fn=collate,
+        prefetch_factor=loader_prefetch(
+            sampled_batch_bytes(dataset, args.batch_size), args.num_workers, label="vjepa"
+        ),
     )  # fmt: skip
     if len(loader) == 0:
         raise SystemExit(

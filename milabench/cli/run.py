@@ -116,14 +116,20 @@ def _dash_mode(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.repeat < 1:
-        from milabench.errors import UsageError
+    from milabench.errors import UsageError
 
+    if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     validations = list(args.validations or [])
     from milabench.report.validation import select_layers
 
     select_layers(validations)  # unknown layer names fail before anything runs
+    from benchkit.memory import host_override
+
+    try:
+        host_override()  # a bad MILABENCH_HOST_MEMORY fails here, not in every benchmark
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
     from milabench.cli.common import check_requirements, load_suite_from_args
     from milabench.envs.ready import ensure_ready

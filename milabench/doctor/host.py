@@ -1,5 +1,5 @@
 """The host's checks: CPU governor, steal, CPU pressure, other processes, memory, swap,
-disk.
+shared memory, disk.
 
 Each check is a function of what /proc and sysfs say (read by `milabench.machine.procfs`)
 returning its `Finding`s; `host_findings` runs them all, measuring CPU use over a short
@@ -16,6 +16,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 
+from benchkit.hostmem import SHM_PATH, shm_space
 from milabench.doctor.findings import FAIL, OK, WARN, Finding, gib, pct
 from milabench.doctor.thresholds import (
     DEFAULT_SAMPLE,
@@ -25,6 +26,8 @@ from milabench.doctor.thresholds import (
     MEMORY_WARN_FRACTION,
     OTHERS_WARN,
     PRESSURE_WARN,
+    SHM_USED_WARN,
+    SHM_WARN_BYTES,
     STEAL_WARN,
     SWAP_WARN_FRACTION,
 )
@@ -212,6 +215,28 @@ def check_memory(meminfo: dict[str, int], swap_pages: int | None) -> list[Findin
     return [memory, check_swap(meminfo, swap_pages)]
 
 
+def check_shm(space: tuple[int, int] | None, path: str = SHM_PATH) -> Finding:
+    """The shared memory DataLoader workers hand their batches through (``space``:
+    /dev/shm's size and free bytes, None when there is none): small (a container's
+    default 64 MiB), or mostly held by files already there."""
+    fix = "docker run --shm-size=8g or --ipc=host; Kubernetes: an emptyDir of medium Memory"
+    if space is None:
+        text = f"no {path}: DataLoader workers cannot hand over their batches ({fix})"
+        return Finding("shm", "host", WARN, text)
+    size, free = space
+    text = f"{path} {gib(size)}, {gib(free)} free"
+    if size < SHM_WARN_BYTES:
+        why = (
+            ": loaders with workers prefetch less, or stop when one batch per worker does "
+            f"not fit (the standard vision entries need 1.5 GiB per process at the least; {fix})"
+        )
+        return Finding("shm", "host", WARN, text + why, size)
+    if size - free > SHM_USED_WARN * size:
+        why = f": {pct((size - free) / size)} held by files there (left by stopped runs?)"
+        return Finding("shm", "host", WARN, text + why, size)
+    return Finding("shm", "host", OK, text, size)
+
+
 def check_disk(path: str) -> Finding:
     """Free space where run folders and datasets go (the nearest existing folder)."""
     probe = os.path.abspath(path)
@@ -254,5 +279,6 @@ def host_findings(
     out = [check_governor(sys_cpu)]
     out += host_cpu_findings(usage, avg60)
     out += check_memory(parse_meminfo(read_text(f"{proc}/meminfo") or ""), usage.swap_pages)
+    out.append(check_shm(shm_space()))
     out += [check_disk(p) for p in paths]
     return out

@@ -25,6 +25,7 @@ RESULT_PREFIX = "@milabench-doctor "
 SHIPPED_MODULES = (
     "benchkit.smi",
     "benchkit.accelerators",
+    "benchkit.hostmem",
     "milabench.machine.procfs",
     "milabench.doctor.findings",
     "milabench.doctor.thresholds",

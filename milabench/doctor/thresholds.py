@@ -18,6 +18,11 @@ MEMORY_WARN_FRACTION = 0.05  # ... and less than 5% of the RAM
 SWAP_WARN_FRACTION = 0.10  # swap in use above 10% of the RAM
 DISK_FAIL_BYTES = 1 << 30  # the run folder and datasets cannot fit
 DISK_WARN_BYTES = 5 << 30
+# /dev/shm under 2 GiB: the standard suite's vision loaders (8 workers, batches of 256
+# float images of 224 px) need 1.5 GiB per process with one batch made ahead per worker,
+# 5.2 GiB with their 4 (benchkit.shm); a container's default is 64 MiB.
+SHM_WARN_BYTES = 2 << 30
+SHM_USED_WARN = 0.5  # over half of it held by files already there
 # GPU thresholds.
 POWER_LIMIT_FAIL = 0.95  # enforced limit below 95% of the default: a capped GPU
 POWER_LIMIT_HIGH = 1.05  # above the default: raised by hand, not comparable either

@@ -4,8 +4,9 @@
 (`milabench.metadata`, its fields in docs/run-data.md), `milabench preflight`
 (`milabench.remote.probe`) and `milabench fleet` (`milabench.remote.facts`), which run
 this very module on each node (`SHIPPED_MODULES`, sent with `milabench.machine.inline`).
-So it needs the standard library and `benchkit.accelerators` only. Reading facts never
-stops a run: a back-end that fails gives ``arch: "unknown"`` and its ``error``.
+So it needs the standard library, `benchkit.accelerators` and `benchkit.hostmem` only.
+Reading facts never stops a run: a back-end that fails gives ``arch: "unknown"`` and its
+``error``.
 
 `git_head` (the commit of a clone, read without git) is here for the same reason: the
 `meta` record names the tool's commit, and the fleet's node probe the commit of the code
@@ -20,10 +21,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from benchkit import accelerators
+from benchkit import accelerators, hostmem
 
 #: What a node needs to run `machine_facts` (in import order), for `inline_program`.
-SHIPPED_MODULES = ("benchkit.smi", "benchkit.accelerators", "milabench.machine.facts")
+SHIPPED_MODULES = (
+    "benchkit.smi",
+    "benchkit.accelerators",
+    "benchkit.hostmem",
+    "milabench.machine.facts",
+)
 
 
 def cpu_brand() -> str:
@@ -65,16 +71,16 @@ def cpu_isa(cpuinfo: str | None = None) -> list[str]:
     return []
 
 
-def memory_total() -> int | None:
-    """The machine's memory in bytes (``MemTotal`` of /proc/meminfo), None if unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+def memory_facts(sys_root: str = "/sys") -> dict[str, Any]:
+    """``total`` (``MemTotal``, bytes), ``may_grow`` (the device that can give a VM more
+    than that: `benchkit.hostmem.host_may_grow`, None) and ``shm`` (the size of
+    /dev/shm, where DataLoader workers hand over their batches; None without one)."""
+    shm = hostmem.shm_space()
+    return {
+        "total": hostmem.mem_total(),
+        "may_grow": hostmem.host_may_grow(sys_root),
+        "shm": shm[0] if shm else None,
+    }
 
 
 def accelerator_facts() -> dict[str, Any]:
@@ -95,7 +101,7 @@ def machine_facts() -> dict[str, Any]:
         "python": platform.python_version(),
         "executable": sys.executable,
         "cpu": {"count": os.cpu_count(), "brand": cpu_brand(), "isa": cpu_isa()},
-        "memory": {"total": memory_total()},
+        "memory": memory_facts(),
         "os": {
             "sysname": uname.sysname,
             "nodename": uname.nodename,

@@ -29,19 +29,20 @@ UPSTREAM_MEMORY = REPO / "tests" / "benchmarks" / "data" / "upstream_memory.yaml
 RATES_MODULE = REPO / "milabench" / "report" / "upstream_rates.py"
 
 
-def _load_rates_module():
-    """`milabench.report.upstream_rates`, loaded from its file: it imports nothing of
-    milabench, and this script runs before milabench is importable."""
-    name = "firstlight_upstream_rates"
+def _load(name: str, path: Path):
+    """A module of the repository that imports nothing of milabench, loaded from its
+    file: this script runs before milabench is importable."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, RATES_MODULE)
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up while building
         spec.loader.exec_module(module)
     return sys.modules[name]
 
 
-rates_module = _load_rates_module()
+rates_module = _load("firstlight_upstream_rates", RATES_MODULE)
+#: `benchkit.hostmem`: ``MemTotal`` now, for the machine line.
+hostmem = _load("firstlight_hostmem", REPO / "benchkit" / "hostmem.py")
 UpstreamRates = rates_module.UpstreamRates
 
 
@@ -97,10 +98,12 @@ def gpu_names(machine_json: Path) -> list[str]:
     return [str(g.get("product") or g.get("name") or "") for g in gpus if isinstance(g, dict)]
 
 
-def machine_line(machine_json: Path) -> str | None:
+def machine_line(machine_json: Path, memory_now: int | None = None) -> str | None:
     """One line for the record: GPUs (count, product, memory), driver and its CUDA,
-    torch and its CUDA, Python, milabench's commit, the date (``milabench machine``);
-    None when the file cannot be read."""
+    torch and its CUDA, the host's memory (``MemTotal`` at the start, and
+    ``memory_now`` when it differs: a VM's memory can grow) and /dev/shm, Python,
+    milabench's commit, the date (``milabench machine``); None when the file cannot be
+    read."""
     try:
         facts = json.loads(machine_json.read_text())
     except (OSError, ValueError):
@@ -121,10 +124,25 @@ def machine_line(machine_json: Path) -> str | None:
     torch = facts.get("torch") or {}
     if torch.get("version"):
         parts.append(f"torch {torch['version']}")
+    parts += _memory_parts(facts.get("memory") or {}, memory_now)
     parts.append(f"Python {facts.get('python') or '-'}")
     commit = str((facts.get("milabench") or {}).get("commit") or "")[:8]
     parts.append(f"milabench {commit or '-'}")
     return "machine: " + ", ".join(parts) + f"; {facts.get('date') or '-'}"
+
+
+def _memory_parts(memory: dict, now: int | None) -> list[str]:
+    """``host 15.6 GiB (120.0 GiB later; virtio-mem)`` and ``/dev/shm 7.8 GiB``."""
+    gib = 2**30
+    out = []
+    total = memory.get("total")
+    if isinstance(total, int):
+        later = f"{now / gib:.1f} GiB later" if isinstance(now, int) and now != total else ""
+        notes = "; ".join(x for x in (later, memory.get("may_grow") or "") if x)
+        out.append(f"host {total / gib:.1f} GiB" + (f" ({notes})" if notes else ""))
+    if isinstance(memory.get("shm"), int):
+        out.append(f"/dev/shm {memory['shm'] / gib:.1f} GiB")
+    return out
 
 
 def _cuda_version(value: object) -> str | None:

@@ -210,6 +210,39 @@ def test_a_tight_fit_runs_with_a_warning_naming_the_numbers(monkeypatch, capsys)
     assert exit.value.code == 0 and events[0][1]["skipped"] == "memory"
 
 
+def test_the_node_memory_skips_unless_a_vm_can_grow_it(monkeypatch, capsys):
+    """An entry that needs more host memory than the node has is skipped; on a VM whose
+    memory can grow past ``MemTotal`` (a bound virtio-mem device: none can exist here,
+    so `host_may_grow` answers as on one) it runs with a warning instead; a node's
+    memory given in ``MILABENCH_HOST_MEMORY`` is trusted as given."""
+    events = recorded_events(monkeypatch)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("MILABENCH_FAKE_GPUS", "cuda:1:143771")
+    fp = Footprint(params=GIB, host_startup=40 * GIB)  # 42 GiB of host memory
+    monkeypatch.setenv("MILABENCH_HOST_MEMORY", "16")
+    with pytest.raises(SystemExit) as exit:
+        memory.skip_unless_it_fits(fp, "cuda", label="llm")
+    assert exit.value.code == 0 and events[0][1]["skipped"] == "memory"
+    assert events[0][1]["message"].endswith("the node has 16.0 GiB")
+    events.clear()
+    monkeypatch.setattr(memory, "host_may_grow", lambda: "virtio-mem")
+    with pytest.raises(SystemExit):  # the node's memory was given: no growth assumed
+        memory.skip_unless_it_fits(fp, "cuda", label="llm")
+    events.clear()
+    monkeypatch.setenv("MILABENCH_HOST_MEMORY", "unchecked")
+    assert memory.skip_unless_it_fits(fp, "cuda", label="llm") is fp
+    assert events[0][1].get("estimate") is True and "warning" not in events[0][1]
+    events.clear()
+    monkeypatch.delenv("MILABENCH_HOST_MEMORY")
+    monkeypatch.setattr(memory, "host_bytes", lambda environ=None: 16 * GIB)
+    assert memory.skip_unless_it_fits(fp, "cuda", label="llm") is fp
+    [(name, data)] = events
+    assert data["warning"] == "memory" and "skipped" not in data
+    assert data["message"].startswith("llm: may not fit: needs 42.0 GiB of host memory")
+    assert "the node has 16.0 GiB now, but virtio-mem can give it more; running" in data["message"]
+    assert "MILABENCH_HOST_MEMORY=<GiB>" in capsys.readouterr().err
+
+
 def test_an_entry_that_fits_records_its_estimate(monkeypatch):
     """Rank 0 of an entry that fits writes one ``message`` marked ``estimate`` with the
     footprint, for the report to put beside the peak measured; other ranks write none."""

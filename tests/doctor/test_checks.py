@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from milabench.doctor.findings import FAIL, OK, WARN, Finding, failures, refusal, render_findings
-from milabench.doctor.host import check_disk
+from milabench.doctor.host import check_disk, check_shm
 from milabench.doctor.interpreter import NODE_INSTALLERS, NODE_MODULES, check_modules
 from milabench.doctor.nvidia import (
     _CLOCK_EVENT_CONSTANTS,
@@ -246,6 +246,23 @@ def test_disk_thresholds(tmp_path, monkeypatch):
     assert low.severity == FAIL and str(tmp_path) in low.reason
     monkeypatch.setattr(sh, "disk_usage", lambda path: Usage(100 << 30))
     assert check_disk(str(tmp_path)).severity == OK
+
+
+def test_shm_thresholds(tmp_path):
+    """/dev/shm: a container's 64 MiB warns and says how to get more; most of it held by
+    files already there warns; none at all warns; a real tmpfs of the machine is read."""
+    small = check_shm((64 << 20, 64 << 20))
+    assert small.severity == WARN and small.check == "shm" and small.value == 64 << 20
+    assert small.reason.startswith("/dev/shm 0.1 GiB, 0.1 GiB free: loaders with workers")
+    assert "--shm-size" in small.reason and "1.5 GiB per process" in small.reason
+    held = check_shm((32 << 30, 8 << 30))
+    assert held.severity == WARN and "75% held by files there" in held.reason
+    assert check_shm(None).severity == WARN and "no /dev/shm" in check_shm(None).reason
+    assert check_shm((16 << 30, 15 << 30)).severity == OK
+    from benchkit.hostmem import shm_space
+
+    real = check_shm(shm_space(str(tmp_path)), str(tmp_path))
+    assert real.reason.startswith(f"{tmp_path} ") and real.severity in (OK, WARN)
 
 
 def test_findings_round_trip_through_the_probe_line_and_the_run_folder(tmp_path):

@@ -47,6 +47,16 @@ def test_repeat_and_resume(tmp_path, mark):
     assert [e["event"] for e in data_events(run / "raises.D0.data")].count("start") == 1
     previous = list((run / "previous-attempts").glob("*/raises.D0.data"))
     assert len(previous) == 1 and previous[0].read_text() == raises_before
+    # a node's memory that is no number of GiB: one line naming the variable, exit 2
+    bad = milabench(
+        "run",
+        "--select",
+        "healthy",
+        base=tmp_path,
+        env=dict(os.environ, MILABENCH_HOST_MEMORY="1T"),
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "MILABENCH_HOST_MEMORY='1T': expected the node's memory in GiB" in bad.stderr
     # unknown folder: one line, exit 2
     bad = milabench("run", "--resume", "nope", base=tmp_path)
     assert bad.returncode == 2 and "no run folder" in bad.stderr
@@ -147,6 +157,12 @@ def test_matrix_and_machine(tmp_path):
     assert meta["os"]["sysname"] == "Linux"
     assert meta["accelerators"]["arch"] == "cuda"
     assert len(meta["accelerators"]["gpus"]) == 2
+    from benchkit.hostmem import host_may_grow, mem_total, shm_space
+
+    shm = shm_space()
+    assert meta["memory"] == {
+        "total": mem_total(), "may_grow": host_may_grow(), "shm": shm[0] if shm else None
+    }  # fmt: skip
     assert meta["milabench"]["version"]
     assert meta["torch"]["version"].startswith("2.13")
     assert "hf_secret" not in machine.stdout

@@ -131,12 +131,17 @@ def test_the_summary_names_the_machine_as_the_record_needs_it(tmp_path):
         "accelerators": {"arch": "cuda", "gpus": {"0": {"product": "NVIDIA H200",
                                                         "memory": {"total": 143771}}},
                          "system": {"driver_version": "580.159.04",
-                                    "cuda_driver_version": "13000"}}}))  # fmt: skip
+                                    "cuda_driver_version": "13000"}},
+        "memory": {"total": 16 * 2**30, "may_grow": "virtio-mem", "shm": 8 * 2**30}}))  # fmt: skip
     line = summary.machine_line(machine)
     assert line == (
         "machine: 1 x NVIDIA H200 (143771 MiB), driver 580.159.04 (CUDA 13.0), torch "
-        "2.11.0+cu130, Python 3.12.3, milabench 01234567; 2026-12-01T10:00:00+00:00"
+        "2.11.0+cu130, host 16.0 GiB (virtio-mem), /dev/shm 8.0 GiB, Python 3.12.3, "
+        "milabench 01234567; 2026-12-01T10:00:00+00:00"
     )
+    # a VM's memory that grew while the call ran: both figures
+    grown = summary.machine_line(machine, 120 * 2**30)
+    assert "host 16.0 GiB (120.0 GiB later; virtio-mem), /dev/shm 8.0 GiB" in grown
     text = summary.render({"entries": []}, {}, tmp_path, machine=line)
     assert f"\n\n{line}\n" in text
     assert summary.machine_line(tmp_path / "absent.json") is None
@@ -441,6 +446,8 @@ def test_runs_the_selection_and_writes_the_reports(tmp_path):
     assert "| entry | status | wall s | rate | 95% interval |" in summary
     assert "| fp32 | done |" in summary and "| bf16 | done |" in summary
     assert "measured bf16 peak: " in summary and "measured bf16 peak: -" not in summary
+    machine = next(x for x in summary.splitlines() if x.startswith("machine: "))
+    assert ", host " in machine and ", /dev/shm " in machine  # a lent VM's memory, recorded
     # the doctor ran and the run carried on (--ignore-doctor): its record is in the run
     assert (runs / "doctor.json").is_file()
 

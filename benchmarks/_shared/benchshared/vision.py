@@ -155,7 +155,8 @@ def jpeg_loader(
     random_interpolation: bool = False,
 ) -> Any:
     """A DataLoader over `JpegFolder` (its options: ``normalise``, ``color_jitter``,
-    ``random_interpolation``), each rank reading its own shard."""
+    ``random_interpolation``), each rank reading its own shard, its workers prefetching
+    4 batches each, or fewer where /dev/shm cannot hold them (`benchkit.shm`)."""
     torch = _torch()
     dataset = JpegFolder(
         root,
@@ -169,6 +170,10 @@ def jpeg_loader(
         from torch.utils.data.distributed import DistributedSampler
 
         sampler = DistributedSampler(dataset, world, rank, shuffle=True, seed=seed)
+    from benchkit.shm import loader_prefetch
+
+    pixels = 3 * image_size * image_size * (4 if normalise else 1)
+    prefetch = loader_prefetch(batch_size * (pixels + 8), num_workers, 4, label="jpeg loader")
     return torch.utils.data.DataLoader(
         dataset,
         batch_size=batch_size,
@@ -178,7 +183,7 @@ def jpeg_loader(
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
         pin_memory=torch.cuda.is_available(),
-        prefetch_factor=4 if num_workers > 0 else None,
+        prefetch_factor=prefetch,
     )
 
 
