@@ -7,7 +7,7 @@ the network is (``scripts/first_light_wheelhouse.py``)::
 
     python scripts/first_light.py OUT [--wheelhouse DIR] [--budget 540] [--entry-cap 150]
         [--config config/first-light.yaml] [--system FILE] [--select A,B] [--exclude A,B]
-        [--python PY] [--retry-failed] [--archive FILE.tar.gz]
+        [--python PY] [--retry-failed] [--archive FILE.tar.gz] [--mirror DIR]
 
 The call returns within ``--budget`` seconds of wall clock, reports and teardown included,
 even when an entry hangs. Exit codes: 0 = every chosen entry ran and passed; 3 = time
@@ -35,7 +35,8 @@ What one call does (docs/benchmarks.md, "First light on a GPU"):
    (``<base>/runs/first-light``) and ``first-light.md`` (status, rate with interval,
    TFLOPS, MFU against the datasheet and against the bf16 peak measured in the call, peak
    GPU memory, what was left out and why, the doctor's failed checks), so a call cut off
-   from outside still brings back what it measured.
+   from outside still brings back what it measured (``--mirror DIR``: copied there too,
+   with the logs, for a lent machine that gives back one folder and keeps nothing else).
 
 Only the standard library is used: the script runs before milabench's dependencies are
 installed. It kills every process left below it at the end of each command (it is their
@@ -93,6 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="start an entry only with this many seconds left (default 40)")  # fmt: skip
     parser.add_argument("--archive", type=Path, default=None, metavar="FILE.tar.gz",
                         help="also pack the reports, logs and run folder into one file")  # fmt: skip
+    parser.add_argument("--mirror", type=Path, default=None, metavar="DIR",
+                        help="after every entry, copy the reports and logs here too")  # fmt: skip
     parser.add_argument("--retry-failed", action="store_true",
                         help="run entries that failed or timed out in an earlier call again")  # fmt: skip
     args = parser.parse_args(argv)
@@ -344,6 +347,13 @@ def write_reports(call: Call, *, last: bool = False) -> None:
             call.milabench("report", "--runs", str(folder), "--format", fmt, "--output",
                            str(call.args.out / f"report.{suffix}"), suite=False,
                            log="report.txt", timeout=call.bounded_timeout(20, keep=keep))  # fmt: skip
+    write_summary(call)
+
+
+def write_summary(call: Call) -> None:
+    """The state file and ``first-light.md``, from the state and the reports as they are
+    (every entry's status as last set), copied to ``--mirror``. No command runs."""
+    folder = run_dir(call)
     rows = summary.read_rows(call.args.out / "report.csv")
     call.state["budget"] = call.args.budget
     call.save()
@@ -354,6 +364,34 @@ def write_reports(call: Call, *, last: bool = False) -> None:
     machine = summary.machine_line(call.args.out / "machine.json", summary.hostmem.mem_total())
     text = summary.render(call.state, rows, folder, upstream, rates, notes, machine)
     (call.args.out / "first-light.md").write_text(text)
+    if call.args.mirror is not None:
+        mirror(call.args.out, call.args.mirror)
+
+
+#: What `mirror` copies: the record of the call (the logs besides).
+MIRRORED = ("first-light.md", STATE, "machine.json", "report.txt", "report.md", "report.csv",
+            "report.json")  # fmt: skip
+
+
+def mirror(out: Path, to: Path) -> None:
+    """Copy the record of ``out`` (`MIRRORED` and ``logs/``) into ``to``, each file
+    written beside its place and renamed into it: a call killed from outside (a lent
+    machine's command limit) leaves there whole files, as of the last entry it
+    finished. A copy that fails is one line, never the end of the call."""
+    import shutil
+
+    sources = [out / name for name in MIRRORED] + sorted((out / "logs").glob("*"))
+    try:
+        for source in sources:
+            if not source.is_file():
+                continue
+            target = to / source.relative_to(out)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".partial")
+            shutil.copyfile(source, partial)
+            os.replace(partial, target)
+    except OSError as err:
+        print(f"first light: could not copy the record to {to}: {err}", file=sys.stderr)
 
 
 def not_carried(house: Path | None) -> dict[str, str]:
@@ -396,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 break  # not enough time left to start it: it stays pending
             run_entry(call, entry)
-            call.save()
+            write_summary(call)  # its status as set after its reports were written
         write_reports(call, last=True)
         return finish(call)
     except Stop as err:

@@ -348,6 +348,44 @@ def test_the_budget_holds_when_an_entry_hangs_past_it(tmp_path):
     assert "out of time before after" in done.stdout
 
 
+@pytest.mark.slow
+def test_a_call_killed_from_outside_leaves_its_record_in_the_mirror(tmp_path):
+    """A lent machine's command limit kills the whole call (SIGKILL, no teardown) while
+    an entry hangs: the folder given to ``--mirror`` holds whole files of the record as
+    of the entry that finished (the summary, the state, the reports, the logs), nothing
+    half-copied."""
+    import signal
+
+    suite, pids = hang_suite(tmp_path)
+    out, back = tmp_path / "out", tmp_path / "back"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MILABENCH_")}
+    argv = [sys.executable, str(SCRIPT), str(out), "--config", str(suite), "--budget", "300",
+            "--entry-cap", "300", "--select", "quick,stuck,after", "--mirror", str(back)]  # fmt: skip
+    call = subprocess.Popen(argv, cwd=ROOT, env={**env, "MILABENCH_GPU_ARCH": "cpu"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (pids.exists() and pids.read_text().split()):  # the stuck prepare runs
+            assert call.poll() is None and time.monotonic() < deadline, "stuck never started"
+            time.sleep(0.2)
+    finally:
+        os.killpg(call.pid, signal.SIGKILL)
+        call.wait()
+        for pid in map(int, pids.read_text().split()) if pids.exists() else ():
+            try:
+                os.kill(pid, signal.SIGKILL)  # in sessions of their own: the subreaper is gone
+            except ProcessLookupError:
+                pass
+    assert "| quick | done |" in (back / "first-light.md").read_text()
+    saved = json.loads((back / "first-light.json").read_text())
+    assert {e["name"]: e["status"] for e in saved["entries"]}["quick"] == "done"
+    with open(back / "report.csv", newline="") as fh:
+        assert float(next(r for r in csv.DictReader(fh) if r["name"] == "quick")["rate"]) > 0
+    assert (back / "machine.json").is_file() and (back / "logs" / "quick.run.txt").is_file()
+    assert not list(back.rglob("*.partial"))
+
+
 # ------------------------------------------------------------- milabench from a wheelhouse
 
 
