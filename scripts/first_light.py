@@ -35,8 +35,9 @@ What one call does (docs/benchmarks.md, "First light on a GPU"):
    (``<base>/runs/first-light``) and ``first-light.md`` (status, rate with interval,
    TFLOPS, MFU against the datasheet and against the bf16 peak measured in the call, peak
    GPU memory, what was left out and why, the doctor's failed checks), so a call cut off
-   from outside still brings back what it measured (``--mirror DIR``: copied there too,
-   with the logs, for a lent machine that gives back one folder and keeps nothing else).
+   from outside still brings back what it measured (``--mirror DIR``: the summary, the
+   state and the rest packed, kept there too, for a lent machine that gives back a few
+   files of one folder and keeps nothing else).
 
 Only the standard library is used: the script runs before milabench's dependencies are
 installed. It kills every process left below it at the end of each command (it is their
@@ -95,7 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--archive", type=Path, default=None, metavar="FILE.tar.gz",
                         help="also pack the reports, logs and run folder into one file")  # fmt: skip
     parser.add_argument("--mirror", type=Path, default=None, metavar="DIR",
-                        help="after every entry, copy the reports and logs here too")  # fmt: skip
+                        help="after every entry, copy the summary and state here, and "
+                        "the rest of the record packed")  # fmt: skip
     parser.add_argument("--retry-failed", action="store_true",
                         help="run entries that failed or timed out in an earlier call again")  # fmt: skip
     args = parser.parse_args(argv)
@@ -103,6 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--budget must be at least {FINAL_RESERVE + 5:.0f} s; --entry-cap and "
                      "--min-start must be positive")  # fmt: skip
     args.out = args.out.absolute()
+    if args.mirror is not None and args.mirror.absolute().is_relative_to(args.out):
+        parser.error("--mirror must be outside OUT (it holds a pack of OUT)")
     args.base = (args.base or args.out / "base").absolute()
     args.config = args.config.absolute()
     return args
@@ -368,28 +372,28 @@ def write_summary(call: Call) -> None:
         mirror(call.args.out, call.args.mirror)
 
 
-#: What `mirror` copies: the record of the call (the logs besides).
-MIRRORED = ("first-light.md", STATE, "machine.json", "report.txt", "report.md", "report.csv",
-            "report.json")  # fmt: skip
+#: What `mirror` copies as they are; the rest of the record travels packed (`pack`).
+MIRRORED = ("first-light.md", STATE)
+#: The pack `mirror` keeps up to date.
+MIRROR_PACK = "first-light.tar.gz"
 
 
 def mirror(out: Path, to: Path) -> None:
-    """Copy the record of ``out`` (`MIRRORED` and ``logs/``) into ``to``, each file
-    written beside its place and renamed into it: a call killed from outside (a lent
-    machine's command limit) leaves there whole files, as of the last entry it
-    finished. A copy that fails is one line, never the end of the call."""
+    """Copy the summary and the state of ``out`` (`MIRRORED`) into ``to``, and pack the
+    rest of the record there (`pack`: reports, logs, the run folder), each file written
+    beside its place and renamed into it: a call killed from outside (a lent machine's
+    command limit) leaves three whole files there, as of the last entry it finished (a
+    lent machine gives back few files). A copy that fails is one line, never the end."""
     import shutil
 
-    sources = [out / name for name in MIRRORED] + sorted((out / "logs").glob("*"))
     try:
-        for source in sources:
-            if not source.is_file():
-                continue
-            target = to / source.relative_to(out)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(target.name + ".partial")
-            shutil.copyfile(source, partial)
-            os.replace(partial, target)
+        to.mkdir(parents=True, exist_ok=True)
+        for name in MIRRORED:
+            if (out / name).is_file():
+                shutil.copyfile(out / name, to / f"{name}.partial")
+                os.replace(to / f"{name}.partial", to / name)
+        pack(out, to / f"{MIRROR_PACK}.partial")
+        os.replace(to / f"{MIRROR_PACK}.partial", to / MIRROR_PACK)
     except OSError as err:
         print(f"first light: could not copy the record to {to}: {err}", file=sys.stderr)
 

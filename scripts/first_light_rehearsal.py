@@ -17,9 +17,11 @@ light on a GPU"):
 3. **the call**: the exact first-light command, with that Python, from this repository,
    in a network namespace with no route out (``unshare --net``: only a loopback), with
    ``MILABENCH_GPU_ARCH=cpu`` and the CPU smoke sizes of ``config/first-light-smoke.yaml``
-   (the same entry names, so the same default selection), under the same budget.
+   (the same entry names, so the same default selection), under the same budget, with
+   ``--mirror`` as on the lent machine.
 
-It passes when the first-light command exits 0 within its budget. Exit codes: 0 pass,
+It passes when the first-light command exits 0 within its budget and its mirror holds
+no more than the lent machine gives back (8 files of 16 MiB). Exit codes: 0 pass,
 1 fail (the line says which step), 2 bad arguments. Needs root or unprivileged user
 namespaces for ``unshare --net``.
 """
@@ -135,11 +137,13 @@ def rehearse(args: argparse.Namespace) -> dict:
         raise Failed("could not cut the network off (unshare --net needs root or user "
                      f"namespaces): {(probe.stderr or probe.stdout).strip()[-200:]}")  # fmt: skip
 
-    out = args.work / "out"
-    if out.exists():
-        subprocess.run(["rm", "-rf", str(out)], check=True)
+    out, back = args.work / "out", args.work / "returned"
+    for folder in (out, back):
+        if folder.exists():
+            subprocess.run(["rm", "-rf", str(folder)], check=True)
     command = [python, str(HERE / "first_light.py"), str(out), "--wheelhouse", str(house),
-               "--config", str(args.config.absolute()), "--budget", f"{args.budget:g}"]  # fmt: skip
+               "--config", str(args.config.absolute()), "--budget", f"{args.budget:g}",
+               "--mirror", str(back)]  # fmt: skip
     if args.select:
         command += ["--select", args.select]
     record["command"] = " ".join(command)
@@ -154,12 +158,27 @@ def rehearse(args: argparse.Namespace) -> dict:
         record["left_out"] = state.get("left_out") or {}
     except (OSError, ValueError):
         record["entries"] = {}
+    record["returned"] = returned_files(back)
     (args.work / "rehearsal.json").write_text(json.dumps(record, indent=2) + "\n")
     if record["first_light_s"] > args.budget:
         raise Failed(f"first light took {record['first_light_s']} s, over its {args.budget:g} s")
     if call.returncode != 0:
         raise Failed(f"first light exited {call.returncode}; see {out / 'first-light.md'}")
+    returned = record["returned"]
+    if len(returned) > RETURNED_FILES or max(returned.values(), default=0) > RETURNED_MIB:
+        raise Failed(f"{back} holds more than a lent machine gives back "
+                     f"({RETURNED_FILES} files of {RETURNED_MIB} MiB at most): {returned}")  # fmt: skip
     return record
+
+
+#: What a lent machine gives back of ``$OUT``: files, MiB each (the device tool's limits).
+RETURNED_FILES, RETURNED_MIB = 8, 16
+
+
+def returned_files(folder: Path) -> dict[str, float]:
+    """Each file under ``folder`` (relative name -> MiB): what ``--mirror`` left there."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    return {str(p.relative_to(folder)): round(p.stat().st_size / 2**20, 2) for p in files}
 
 
 def main(argv: list[str] | None = None) -> int:

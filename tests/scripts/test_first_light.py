@@ -377,13 +377,19 @@ def test_a_call_killed_from_outside_leaves_its_record_in_the_mirror(tmp_path):
                 os.kill(pid, signal.SIGKILL)  # in sessions of their own: the subreaper is gone
             except ProcessLookupError:
                 pass
+    # three files, none in a folder: what a lent machine gives back (8 files at most)
+    assert sorted(p.name for p in back.iterdir()) == [
+        "first-light.json", "first-light.md", "first-light.tar.gz"
+    ]  # fmt: skip
     assert "| quick | done |" in (back / "first-light.md").read_text()
     saved = json.loads((back / "first-light.json").read_text())
     assert {e["name"]: e["status"] for e in saved["entries"]}["quick"] == "done"
-    with open(back / "report.csv", newline="") as fh:
-        assert float(next(r for r in csv.DictReader(fh) if r["name"] == "quick")["rate"]) > 0
-    assert (back / "machine.json").is_file() and (back / "logs" / "quick.run.txt").is_file()
-    assert not list(back.rglob("*.partial"))
+    with tarfile.open(back / "first-light.tar.gz") as tar:
+        names = set(tar.getnames())
+        assert {"out/machine.json", "out/logs/quick.run.txt", "out/report.csv"} <= names
+        rows = csv.DictReader(tar.extractfile("out/report.csv").read().decode().splitlines())
+        assert float(next(r for r in rows if r["name"] == "quick")["rate"]) > 0
+    assert not any(n.startswith(("out/site", "out/base/data")) for n in names)
 
 
 # ------------------------------------------------------------- milabench from a wheelhouse
@@ -492,6 +498,8 @@ def test_runs_the_selection_and_writes_the_reports(tmp_path):
     # done: a further call changes nothing but the reports; other options are refused
     again = first_light(out, "--select", "fp32,bf16")
     assert again.returncode == 0 and state(out) == {"bf16": "done", "fp32": "done"}
+    inside = first_light(out, "--select", "fp32,bf16", "--mirror", str(out / "copy"))
+    assert inside.returncode == 2 and "--mirror must be outside OUT" in inside.stderr
     other = first_light(out, "--select", "fp32")
     assert other.returncode == 1
     assert other.stderr.startswith("first_light: error: ") and len(other.stderr.splitlines()) == 1
@@ -517,3 +525,16 @@ def test_a_group_that_cannot_import_is_not_started(tmp_path):
 def test_bad_arguments_exit_2(tmp_path):
     done = first_light(tmp_path / "out", "--budget", "3")
     assert done.returncode == 2 and "--budget must be at least" in done.stderr
+
+
+def test_the_rehearsal_lists_what_the_mirror_would_bring_back(tmp_path):
+    """The rehearsal's limit on the mirror: every file under it with its MiB (a lent
+    machine gives back 8 files of 16 MiB at most)."""
+    import first_light_rehearsal as rehearsal
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "first-light.md").write_text("x" * 2**20)
+    (tmp_path / "logs" / "a.txt").write_text("")
+    assert rehearsal.returned_files(tmp_path) == {"first-light.md": 1.0, "logs/a.txt": 0.0}
+    assert rehearsal.returned_files(tmp_path / "none") == {}
+    assert (rehearsal.RETURNED_FILES, rehearsal.RETURNED_MIB) == (8, 16)
