@@ -16,7 +16,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 
-from benchkit.hostmem import SHM_PATH, shm_space
+from benchkit.hostmem import SHM_PATH, host_may_grow, shm_space
 from milabench.doctor.findings import FAIL, OK, WARN, Finding, gib, pct
 from milabench.doctor.thresholds import (
     DEFAULT_SAMPLE,
@@ -197,8 +197,12 @@ def check_swap(meminfo: dict[str, int], swap_pages: int | None) -> Finding:
     return Finding("swap", "host", OK, f"{gib(swap_used)} of swap in use", swap_used)
 
 
-def check_memory(meminfo: dict[str, int], swap_pages: int | None) -> list[Finding]:
-    """Available memory, and swap in use or in motion (`check_swap`)."""
+def check_memory(
+    meminfo: dict[str, int], swap_pages: int | None, grows: str | None = None
+) -> list[Finding]:
+    """Available memory (``grows``: the device that can give this VM more than
+    ``MemTotal``, `benchkit.hostmem.host_may_grow`, named in the reason), and swap in
+    use or in motion (`check_swap`)."""
     total = meminfo.get("MemTotal")
     available = meminfo.get("MemAvailable", meminfo.get("MemFree"))
     if not total or available is None:
@@ -209,6 +213,7 @@ def check_memory(meminfo: dict[str, int], swap_pages: int | None) -> list[Findin
         "host",
         WARN if low else OK,
         f"{gib(available)} available of {gib(total)}"
+        + (f" ({grows} can give this VM more)" if grows else "")
         + (": benchmarks may be killed or swap" if low else ""),
         available,
     )
@@ -278,7 +283,8 @@ def host_findings(
     avg60 = parse_pressure(text).get("some", {}).get("avg60") if text is not None else None
     out = [check_governor(sys_cpu)]
     out += host_cpu_findings(usage, avg60)
-    out += check_memory(parse_meminfo(read_text(f"{proc}/meminfo") or ""), usage.swap_pages)
+    meminfo = parse_meminfo(read_text(f"{proc}/meminfo") or "")
+    out += check_memory(meminfo, usage.swap_pages, host_may_grow())
     out.append(check_shm(shm_space()))
     out += [check_disk(p) for p in paths]
     return out

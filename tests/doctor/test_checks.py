@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from milabench.doctor.findings import FAIL, OK, WARN, Finding, failures, refusal, render_findings
-from milabench.doctor.host import check_disk, check_shm
+from milabench.doctor.host import check_disk, check_memory, check_shm
 from milabench.doctor.interpreter import NODE_INSTALLERS, NODE_MODULES, check_modules
 from milabench.doctor.nvidia import (
     _CLOCK_EVENT_CONSTANTS,
@@ -246,6 +246,20 @@ def test_disk_thresholds(tmp_path, monkeypatch):
     assert low.severity == FAIL and str(tmp_path) in low.reason
     monkeypatch.setattr(sh, "disk_usage", lambda path: Usage(100 << 30))
     assert check_disk(str(tmp_path)).severity == OK
+
+
+def test_the_memory_finding_names_what_can_grow_a_vm():
+    """A VM whose memory can grow past MemTotal says so beside the figures (its low
+    MemAvailable is then what it holds so far); a machine without says nothing more."""
+    meminfo = {"MemTotal": 8 << 30, "MemAvailable": 256 << 20}
+    grows, _ = check_memory(meminfo, None, "virtio-mem")
+    assert grows.severity == WARN
+    assert grows.reason == (
+        "0.2 GiB available of 8.0 GiB (virtio-mem can give this VM more): benchmarks may "
+        "be killed or swap"
+    )
+    plain, _ = check_memory({"MemTotal": 8 << 30, "MemAvailable": 6 << 30}, None)
+    assert plain.severity == OK and plain.reason == "6.0 GiB available of 8.0 GiB"
 
 
 def test_shm_thresholds(tmp_path):
