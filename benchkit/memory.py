@@ -1130,7 +1130,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks-per-node", type=int, default=1, help="processes per node")
     parser.add_argument("--jobs", default=None, help="JSON list of jobs (- for stdin)")
     parser.add_argument("argv", nargs="*", help="the benchmark's options (after --)")
-    opts = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # the benchmark's options are what follows the first "--", whatever came before it
+    # (argparse gives a positional after options nothing once "folder" has taken its turn)
+    split = argv.index("--") if "--" in argv else len(argv)
+    opts = parser.parse_args(argv[:split])
+    opts.argv = opts.argv + argv[split + 1 :]
     if opts.jobs is None:
         fp = estimate_entry(opts.folder, opts.argv, opts.world, opts.ranks_per_node)
         print(json.dumps({"footprint": fp.as_dict(), "gpu": fp.gpu_line(), "host": fp.host_line()}))

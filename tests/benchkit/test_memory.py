@@ -465,3 +465,16 @@ def test_the_llm_estimate_from_shallow_copies_is_the_whole_models():
     assert count_flops_on_meta(lambda: llm.workload(args), precision="bf16") == (
         count_flops_on_meta(whole_model, precision="bf16")
     )
+
+
+def test_the_command_line_takes_job_options_before_the_benchmarks(capsys):
+    """``python -m benchkit.memory FOLDER --world N --ranks-per-node N -- ARGV``, as the
+    docs give it: the job's options before ``--``, the benchmark's after it."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "flops"
+    argv = [str(folder), "--world", "2", "--ranks-per-node", "2", "--", "--size", "512"]
+    assert memory.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["footprint"]["ranks_per_node"] == 2  # flops runs one process per GPU
+    assert out["footprint"]["activations"] == 3 * 512 * 512 * 4  # a, b and a @ b in fp32
