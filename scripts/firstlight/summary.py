@@ -2,9 +2,10 @@
 
 Per entry: status, wall time, rate with its 95% interval, TFLOPS, MFU against the
 datasheet peak (``config/peaks.yaml``, as the report gives it) and against the bf16
-matmul peak measured in the same call, the peak GPU memory beside the start-up estimate
-(`benchkit.memory`) and upstream milabench's observation on a GPU of the same name at
-the same batch size (``tests/benchmarks/data/upstream_memory.yaml``, read when PyYAML
+matmul peak measured in the same call, the GPU's mean load over the run (a low one
+says the GPU waited: on its loader, or on the host), the peak GPU memory beside the
+start-up estimate (`benchkit.memory`) and upstream milabench's observation on a GPU of
+the same name at the same batch size (``tests/benchmarks/data/upstream_memory.yaml``, read when PyYAML
 is importable), and the rate against upstream's on a GPU of the same family at the same
 batch size (``config/upstream_rates.yaml``, through `milabench.report.upstream_rates`):
 a gap over 5% is a parity question. Read from the state of the call, the run folder's
@@ -248,9 +249,9 @@ def render(
         *(["", machine] if machine else []),
         "",
         "| entry | status | wall s | rate | 95% interval | units | TFLOPS | MFU % "
-        "(datasheet) | MFU % (measured peak) | peak GPU MiB | estimate MiB | upstream MiB "
-        "| vs upstream rate | note |",
-        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "(datasheet) | MFU % (measured peak) | GPU load % | peak GPU MiB | estimate MiB | "
+        "upstream MiB | vs upstream rate | note |",
+        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in state.get("entries") or []:
         row = rows.get(entry["name"], {})
@@ -259,6 +260,7 @@ def render(
         low, high = _float(row.get("ci95_low")), _float(row.get("ci95_high"))
         interval = f"{num(low)} - {num(high)}" if low is not None else "-"
         peak_mib = _float(row.get("peak_memory"))
+        load = _float(row.get("mean_load"))
         found = versus(entry["name"], row, rates, notes) if entry["status"] == "done" else None
         gap = found.gap_text if found else "-"
         lines.append(
@@ -266,7 +268,7 @@ def render(
             f"{num(_float(row.get('rate')))} | {interval} | {row.get('units') or '-'} | "
             f"{num(tflops)} | {num(mfu * 100 if mfu is not None else None)} | "
             f"{num(100 * tflops / peak if tflops and peak else None)} | "
-            f"{num(peak_mib)} | {num(_float(row.get('memory_estimate')))} | "
+            f"{num(100 * load if load is not None else None)} | {num(peak_mib)} | {num(_float(row.get('memory_estimate')))} | "
             f"{num(upstream.get(entry['name']))} | {gap} | {entry.get('note', '')} |"
         )
     lines += upstream_section(state, rows, rates, notes)

@@ -114,11 +114,12 @@ def test_the_summary_puts_peak_memory_beside_estimate_and_upstream(tmp_path):
     assert upstream["bert-tf32-fp16"] > 10_000 and summary.upstream_memory(["cpu"]) == {}
     assert summary.upstream_memory(["NVIDIA H200 NVL"]) == {}  # another card
     state = {"entries": [{"name": "bert-tf32-fp16", "status": "done", "seconds": 30}]}
-    rows = {"bert-tf32-fp16": {"rate": "500", "peak_memory": "15100", "memory_estimate": "16000"}}
+    rows = {"bert-tf32-fp16": {"rate": "500", "peak_memory": "15100", "memory_estimate": "16000",
+                               "mean_load": "0.875"}}  # fmt: skip
     text = summary.render(state, rows, tmp_path, upstream)
-    assert "| peak GPU MiB | estimate MiB | upstream MiB |" in text
+    assert "| GPU load % | peak GPU MiB | estimate MiB | upstream MiB |" in text
     line = next(x for x in text.splitlines() if x.startswith("| bert-tf32-fp16 |"))
-    assert f"| 15100 | 16000 | {upstream['bert-tf32-fp16']:.0f} |" in line
+    assert f"| 87.5 | 15100 | 16000 | {upstream['bert-tf32-fp16']:.0f} |" in line
 
 
 def test_the_summary_names_the_machine_as_the_record_needs_it(tmp_path):
