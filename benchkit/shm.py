@@ -3,8 +3,8 @@
 A torch DataLoader worker puts every batch it makes in shared memory (a file of
 /dev/shm); the main process maps it, and the file's space is freed only when the batch
 is. Each worker keeps up to ``prefetch_factor`` batches made ahead, so a loader holds up
-to ``workers x prefetch + 2`` batches there (plus the one the step uses and the one being
-pinned), and every process of the node has its own loader. When /dev/shm is smaller (a
+to ``workers x prefetch + 2`` batches there (the 2: the one the step uses and the one
+being pinned), and every process of the node has its own loader. When /dev/shm is smaller (a
 container's default is 64 MiB), a worker fails mid-run with ``unable to allocate shared
 memory``, or dies of a bus error.
 
