@@ -272,6 +272,13 @@ def render(
             f"{num(upstream.get(entry['name']))} | {gap} | {entry.get('note', '')} |"
         )
     lines += upstream_section(state, rows, rates, notes)
+    warned = [
+        (e["name"], rows.get(e["name"], {}).get("warnings")) for e in state.get("entries") or []
+    ]
+    warned = [(name, text) for name, text in warned if text]
+    if warned:  # a window short of its target, a loader that prefetched less, an estimate
+        lines += ["", "Warnings (the report's, per entry):", ""]
+        lines += [f"* {name}: {text}" for name, text in warned]
     left = state.get("left_out") or {}
     if left:
         lines += ["", "Left out:", ""]

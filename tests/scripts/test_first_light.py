@@ -118,6 +118,10 @@ def test_the_summary_puts_peak_memory_beside_estimate_and_upstream(tmp_path):
                                "mean_load": "0.875"}}  # fmt: skip
     text = summary.render(state, rows, tmp_path, upstream)
     assert "| GPU load % | peak GPU MiB | estimate MiB | upstream MiB |" in text
+    assert "Warnings" not in text  # none in the report
+    rows["bert-tf32-fp16"]["warnings"] = "jpeg loader: prefetching 2 batches per worker"
+    warned = summary.render(state, rows, tmp_path, upstream)
+    assert "\n* bert-tf32-fp16: jpeg loader: prefetching 2 batches per worker\n" in warned
     line = next(x for x in text.splitlines() if x.startswith("| bert-tf32-fp16 |"))
     assert f"| 87.5 | 15100 | 16000 | {upstream['bert-tf32-fp16']:.0f} |" in line
 
