@@ -52,6 +52,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from firstlight import missing_module
 from firstlight.selection import DEFAULT_ORDER, LEFT_OUT_BY_DEFAULT
 
 HERE = Path(__file__).resolve().parent
@@ -879,6 +880,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except WheelhouseError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as err:  # milabench's own needs, to read the suite
+        print(f"{prog}: error: {missing_module(err)}", file=sys.stderr)
         return 1
     mine = [w for w in manifest["wheels"] if "milabench" in w["for"]]
     print(f"{opts.out}: {plural(len(manifest['wheels']), 'wheel')} and {manifest['pip']}, "

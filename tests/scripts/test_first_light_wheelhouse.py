@@ -216,6 +216,28 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
 
 
+def test_a_checkout_s_milabench_is_used_and_a_missing_dependency_is_one_line(tmp_path):
+    """The command runs from a checkout with no milabench installed (the repository root
+    goes on sys.path); a Python lacking ``packaging`` or milabench's own dependencies
+    gets one line naming the module and the install, exit 1, and no folder."""
+    import packaging
+
+    script = str(ROOT / "scripts" / "first_light_wheelhouse.py")
+    only_packaging = tmp_path / "site"
+    only_packaging.mkdir()
+    (only_packaging / "packaging").symlink_to(Path(packaging.__file__).parent)
+    for lacking, path in (("packaging", ""), ("yaml", str(only_packaging))):
+        out = tmp_path / f"house-{lacking}"
+        done = subprocess.run([sys.executable, "-S", script, str(out), "--select", "bf16"],
+                              capture_output=True, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": path})  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        line = f"cannot import {lacking!r}; making the wheelhouse needs milabench's"
+        assert done.stderr.count("\n") == 1 and line in done.stderr, done.stderr
+        assert f"pip install -e {ROOT} packaging" in done.stderr
+        assert not out.exists()
+
+
 def test_a_previous_wheelhouse_is_replaced_and_nothing_else_is_touched(tmp_path):
     house = tmp_path / "house"
     (house / "wheels").mkdir(parents=True)
