@@ -424,9 +424,11 @@ def main(argv: list[str] | None = None) -> int:
         call = Call(args)
         call.state["calls"] = call.state.get("calls", 0) + 1
         made = setup.make_importable(args.python, REPO, args.wheelhouse, args.out, call.deadline)
-        if made.pth is not None:
+        if made.pth is not None or made.python is not None:
             print(f"first light: milabench made importable ({made.how}, "
                   f"{len(made.installed)} wheels)")  # fmt: skip
+        if made.python is not None:  # the Python's folder is read-only: its overlay runs
+            args.python = made.python
         if call.state.get("entries") is None:
             first_call(call, not_carried(args.wheelhouse))
         entries = call.state["entries"]
@@ -462,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: What `pack` leaves out of the archive: the wheels installed, the data sets generated.
-NOT_PACKED = ("site", "base/data", "base/cache", "base/venv", "base/extra")
+NOT_PACKED = ("site", "venv", "base/data", "base/cache", "base/venv", "base/extra")
 
 
 def pack(out: Path, archive: Path) -> None:

@@ -1,7 +1,7 @@
 """First light rehearsed on this machine, on a copy of the GPU machine's Python, offline.
 
     python scripts/first_light_rehearsal.py [--work DIR] [--budget 480] [--max-mib 40]
-        [--select A,B] [--config config/first-light-smoke.yaml]
+        [--select A,B] [--config config/first-light-smoke.yaml] [--read-only-image]
 
 What the GPU machine will meet, reproduced here (docs/benchmarks.md "First
 light on a GPU"):
@@ -18,7 +18,9 @@ light on a GPU"):
    in a network namespace with no route out (``unshare --net``: only a loopback), with
    ``MILABENCH_GPU_ARCH=cpu`` and the CPU smoke sizes of ``config/first-light-smoke.yaml``
    (the same entry names, so the same default selection), under the same budget, with
-   ``--mirror`` as on the lent machine.
+   ``--mirror`` as on the lent machine; with ``--read-only-image``, that Python's whole
+   environment is mounted read-only for the call (a private mount namespace), as an
+   image's may be, so first light runs milabench from its overlay venv.
 
 It passes when the first-light command exits 0 within its budget and its mirror holds
 no more than the lent machine gives back (8 files of 16 MiB). Exit codes: 0 pass,
@@ -72,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config", type=Path, default=REPO / "config" / "first-light-smoke.yaml")
     parser.add_argument("--select", default=None, metavar="A,B",
                         help="entries instead of first light's default choice")  # fmt: skip
+    parser.add_argument("--read-only-image", action="store_true",
+                        help="the copy of the GPU machine's Python is read-only in the call "
+                        "(first light then runs from an overlay venv)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.budget <= 0 or args.max_mib <= 0:
         parser.error("--budget and --max-mib must be positive")
@@ -86,10 +91,14 @@ def machine_env() -> dict[str, str]:
     return env
 
 
-def offline(argv: list[str]) -> list[str]:
-    """``argv`` in a new network namespace whose only interface is a loopback, up."""
+def offline(argv: list[str], read_only: Path | None = None) -> list[str]:
+    """``argv`` in a new network namespace whose only interface is a loopback, up; with
+    ``read_only``, also in a private mount namespace where that folder is read-only."""
     up = 'ip link set lo up 2>/dev/null; exec "$@"'  # a constant program, argv passed as is
-    return ["unshare", "--net", "--", "/bin/sh", "-c", up, "offline", *argv]
+    if read_only is None:
+        return ["unshare", "--net", "--", "/bin/sh", "-c", up, "offline", *argv]
+    seal = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" && ' + up
+    return ["unshare", "--net", "--mount", "--", "/bin/sh", "-c", seal, str(read_only), *argv]
 
 
 def step(what: str, argv: list[str], *, env: dict[str, str] | None = None,
@@ -147,9 +156,11 @@ def rehearse(args: argparse.Namespace) -> dict:
     if args.select:
         command += ["--select", args.select]
     record["command"] = " ".join(command)
+    record["read_only_image"] = args.read_only_image
     start = time.monotonic()
-    call = step("first light, offline", offline(command), env=env,
-                log=args.work / "first-light.log")  # fmt: skip
+    sealed = Path(python).parents[1] if args.read_only_image else None
+    what = "first light, offline" + (f", {sealed} read-only" if sealed else "")
+    call = step(what, offline(command, sealed), env=env, log=args.work / "first-light.log")
     record["first_light_s"] = round(time.monotonic() - start, 1)
     record["first_light_rc"] = call.returncode
     try:

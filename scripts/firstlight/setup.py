@@ -14,7 +14,12 @@ pip, and no network. `make_importable`:
 3. writes ``milabench-first-light.pth`` into the Python's ``purelib``: the repository,
    ``benchmarks/_shared`` and ``OUT/site``, appended after the environment's own
    packages (what the image has always wins). `remove_pth` takes it out again at the
-   end of the call.
+   end of the call;
+4. where that folder cannot be written (a read-only image, another owner), makes an
+   overlay instead (`overlay`): a venv ``OUT/venv`` of the same interpreter whose .pth
+   adds the Python's own site folders first, then the same three; the Python's console
+   scripts (``torchrun``, ...) are copied into its ``bin`` pointing at the overlay, and
+   the call runs milabench with the overlay's Python (`Setup.python`).
 
 Standard library only.
 """
@@ -39,11 +44,13 @@ class SetupError(Exception):
 
 @dataclass
 class Setup:
-    """What `make_importable` did: the .pth it wrote (None if nothing was needed)."""
+    """What `make_importable` did: the .pth it wrote into the Python's own folder (None
+    if nothing was needed, or for an overlay) and the overlay's Python (None if none)."""
 
     pth: Path | None
     installed: list[str]
     how: str
+    python: str | None = None
 
 
 def _run(argv: list[str], deadline: Deadline) -> subprocess.CompletedProcess:
@@ -133,14 +140,75 @@ def make_importable(
         how = "no wheels to install"
     pth = purelib(python, deadline) / PTH_NAME
     paths = [repo, repo / "benchmarks" / "_shared", site]
+    names = [w.name for w in wheels]
     try:
         pth.write_text("".join(f"{p.absolute()}\n" for p in paths))
     except OSError as err:
-        raise SetupError(f"cannot write {pth} ({err.strerror}): run as the venv's owner") from None
+        made = overlay(python, paths, out / OVERLAY, deadline)
+        why = f"{pth.parent} cannot be written: {err.strerror}"
+        return Setup(None, names, f"{how}; an overlay venv {made} ({why})", str(made))
     ok, line = importable(python, deadline)
     if not ok:
         raise SetupError(f"milabench is still not importable in {python}: {line}")
-    return Setup(pth, [w.name for w in wheels], how)
+    return Setup(pth, names, how)
+
+
+#: The overlay venv's folder under OUT, made where the Python's own cannot be written.
+OVERLAY = "venv"
+_LAYOUT = (
+    "import json, site, sys, sysconfig; print(json.dumps({'site': site.getsitepackages(), "
+    "'scripts': sysconfig.get_paths()['scripts'], 'executable': sys.executable}))"
+)
+
+
+def overlay(python: str, paths: list[Path], venv: Path, deadline: Deadline) -> Path:
+    """A venv at ``venv`` of ``python``'s interpreter that sees ``python``'s packages first
+    (its site folders, with their own .pth files), then ``paths``; ``python``'s console
+    scripts are copied into its ``bin`` with the overlay's interpreter in their first
+    line. Returns the overlay's Python; `SetupError` when it cannot be made or imports."""
+    layout = _run([python, "-I", "-c", _LAYOUT], deadline)
+    made = _run([python, "-I", "-m", "venv", "--without-pip", "--clear", str(venv)], deadline)
+    if layout.returncode != 0 or made.returncode != 0:
+        last = (made.stderr or layout.stderr).strip().splitlines() or ["no output"]
+        raise SetupError(f"cannot make an overlay venv {venv} of {python}: {last[-1]}")
+    facts = json.loads(layout.stdout)
+    new_python = venv / "bin" / "python"
+    pth = purelib(str(new_python), deadline) / PTH_NAME
+    sites = [d for d in facts["site"] if Path(d).is_dir()]
+    # one line, run in its own namespace (a comprehension would not see ``site``)
+    lines = [f"import site; list(map(site.addsitedir, {sites!r}))\n"]
+    lines += [f"{p.absolute()}\n" for p in paths]
+    pth.write_text("".join(lines))
+    copy_scripts(Path(facts["scripts"]), {python, facts["executable"]}, new_python)
+    ok, line = importable(str(new_python), deadline)
+    if not ok:
+        raise SetupError(f"milabench is not importable in the overlay {new_python}: {line}")
+    return new_python
+
+
+def copy_scripts(scripts: Path, pythons: set[str], new_python: Path) -> list[str]:
+    """Copy each console script of ``scripts`` whose ``#!`` line runs one of ``pythons``
+    into ``new_python``'s folder with ``new_python`` in that line (what the venv made
+    there already, such as ``python`` and ``activate``, is kept). Returns their names."""
+    runs = {os.path.realpath(p) for p in pythons}
+    target = new_python.parent
+    copied = []
+    for script in sorted(scripts.iterdir()) if scripts.is_dir() else []:
+        if (target / script.name).exists() or not script.is_file():
+            continue
+        try:
+            with script.open("rb") as f:
+                first = f.readline(4096)
+                rest = f.read()
+        except OSError:
+            continue
+        command = first[2:].strip().split(b" ")[0].decode(errors="replace")
+        if not first.startswith(b"#!") or os.path.realpath(command) not in runs:
+            continue
+        (target / script.name).write_bytes(b"#!" + str(new_python).encode() + b"\n" + rest)
+        (target / script.name).chmod(0o755)
+        copied.append(script.name)
+    return copied
 
 
 def remove_pth(setup: Setup | None) -> None:

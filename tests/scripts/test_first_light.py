@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -418,11 +419,10 @@ def wheel_of_installed(name: str, dest: Path) -> Path:
     return path
 
 
-@pytest.mark.slow
-def test_milabench_is_installed_from_a_wheelhouse_into_a_python_without_pip(tmp_path):
-    """A venv made without pip and without this Python's packages: milabench's needs come
-    from a wheelhouse (pip's wheel from ensurepip, the others repacked from this Python),
-    installed with pip run from its wheel, no index; the .pth is removed at the end."""
+def pipless_venv_and_wheelhouse(tmp_path: Path) -> tuple[str, Path, str, list[str]]:
+    """A venv made without pip and without this Python's packages, and a wheelhouse of
+    milabench's needs (pip's wheel from ensurepip, the others repacked from this Python):
+    (its python, the wheelhouse, pip's wheel name, the projects)."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
@@ -441,13 +441,20 @@ def test_milabench_is_installed_from_a_wheelhouse_into_a_python_without_pip(tmp_
     (pip_wheel,) = (bundled / "ensurepip" / "_bundled").glob("pip-*.whl")
     (house / pip_wheel.name).write_bytes(pip_wheel.read_bytes())
     (house / "manifest.json").write_text(json.dumps({"pip": pip_wheel.name}))
+    return python, house, pip_wheel.name, names
 
+
+@pytest.mark.slow
+def test_milabench_is_installed_from_a_wheelhouse_into_a_python_without_pip(tmp_path):
+    """milabench's needs come from the wheelhouse, installed with pip run from its wheel,
+    no index, into OUT/site; a .pth in the venv points at it and is removed at the end."""
+    python, house, pip_wheel, names = pipless_venv_and_wheelhouse(tmp_path)
     out = tmp_path / "out"
     deadline = procs.Deadline(300)
     made = setup.make_importable(python, ROOT, house, out, deadline)
     try:
-        assert made.how == f"pip from {pip_wheel.name}" and len(made.installed) == len(names)
-        assert made.pth is not None and made.pth.is_file()
+        assert made.how == f"pip from {pip_wheel}" and len(made.installed) == len(names)
+        assert made.pth is not None and made.pth.is_file() and made.python is None
         probe = subprocess.run([python, "-I", "-c", "import milabench, omegaconf, benchkit; "
                                 "print(omegaconf.__file__)"], capture_output=True, text=True)  # fmt: skip
         assert probe.returncode == 0, probe.stderr
@@ -457,6 +464,60 @@ def test_milabench_is_installed_from_a_wheelhouse_into_a_python_without_pip(tmp_
     assert not made.pth.exists()
     ok, line = setup.importable(python, deadline)
     assert not ok and "No module named" in line
+
+
+SETUP_IN_NAMESPACE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from firstlight import procs, setup
+made = setup.make_importable(sys.argv[2], setup.Path(sys.argv[3]), setup.Path(sys.argv[4]),
+                             setup.Path(sys.argv[5]), procs.Deadline(300))
+print(json.dumps({"pth": made.pth and str(made.pth), "python": made.python, "how": made.how}))
+"""
+
+
+@pytest.mark.system
+def test_a_read_only_python_gets_an_overlay_venv_that_sees_its_packages_first(tmp_path):
+    """In a private mount namespace (``unshare -rm``: nothing changes on the machine) the
+    venv's site-packages is mounted read-only, as an image's may be: no .pth can go
+    there, so milabench runs from an overlay venv OUT/venv. The overlay imports what the
+    venv has before what the wheelhouse brought, and the venv's console scripts run
+    under it; the venv itself is left untouched."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare")
+    python, house, _, _ = pipless_venv_and_wheelhouse(tmp_path)
+    venv = Path(python).parents[1]
+    (site_dir,) = (venv / "lib").glob("python3.*/site-packages")
+    (site_dir / "psutil.py").write_text("WHERE = 'the image'\n")  # the image's own copy
+    (site_dir / "mine.pth").write_text(f"{tmp_path / 'extra'}\n")  # its own .pth files
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "extramod.py").write_text("")
+    hello = venv / "bin" / "hello"
+    hello.write_text(f"#!{python}\nimport sys, psutil, omegaconf, milabench\n"
+                     "print(sys.executable, psutil.WHERE, omegaconf.__file__)\n")  # fmt: skip
+    hello.chmod(0o755)
+    out = tmp_path / "out"
+    script = tmp_path / "setup_ro.py"
+    script.write_text(SETUP_IN_NAMESPACE)
+    shell = (f"mount --bind {site_dir} {site_dir} && mount -o remount,ro,bind {site_dir} && "
+             f"exec {sys.executable} {script} {ROOT / 'scripts'} {python} {ROOT} {house} {out}")  # fmt: skip
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    made = json.loads(done.stdout.splitlines()[-1])
+    overlay = str(out / "venv" / "bin" / "python")
+    assert made["pth"] is None and made["python"] == overlay
+    assert "cannot be written: Read-only file system" in made["how"]
+    assert not (site_dir / setup.PTH_NAME).exists()
+    probe = subprocess.run([overlay, "-I", "-c", "import extramod, benchkit, psutil, omegaconf; "
+                            "print(psutil.WHERE, omegaconf.__file__)"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.startswith(f"the image {out / 'site'}")
+    ran = subprocess.run([str(out / "venv" / "bin" / "hello")], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith(f"{overlay} the image {out / 'site'}")
+    assert subprocess.run([python, "-I", "-c", "import omegaconf"]).returncode != 0
 
 
 def test_without_pip_or_a_pip_wheel_the_error_says_what_to_do(tmp_path):
@@ -543,3 +604,24 @@ def test_the_rehearsal_lists_what_the_mirror_would_bring_back(tmp_path):
     assert rehearsal.returned_files(tmp_path) == {"first-light.md": 1.0, "logs/a.txt": 0.0}
     assert rehearsal.returned_files(tmp_path / "none") == {}
     assert (rehearsal.RETURNED_FILES, rehearsal.RETURNED_MIB) == (8, 16)
+
+
+@pytest.mark.system
+def test_the_rehearsal_s_call_is_offline_and_can_see_the_image_read_only(tmp_path):
+    """The rehearsal's wrapper: no route out, and with ``read_only`` that folder cannot be
+    written inside the call (a private mount namespace) while it stays writable outside."""
+    import first_light_rehearsal as rehearsal
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("unshare --net --mount needs root here")
+    image = tmp_path / "image"
+    image.mkdir()
+    probe = ("import socket, sys\n"
+             "try:\n    open(sys.argv[1] + '/x', 'w')\nexcept OSError as e:\n    print(e.strerror)\n"
+             "try:\n    socket.create_connection(('1.1.1.1', 443), timeout=3)\n"
+             "except OSError:\n    print('offline')\n")  # fmt: skip
+    argv = [sys.executable, "-c", probe, str(image)]
+    sealed = subprocess.run(rehearsal.offline(argv, image), capture_output=True, text=True)
+    assert sealed.stdout.split("\n")[:2] == ["Read-only file system", "offline"], sealed.stderr
+    plain = subprocess.run(rehearsal.offline(argv), capture_output=True, text=True)
+    assert plain.stdout.strip() == "offline" and (image / "x").is_file(), plain.stderr
