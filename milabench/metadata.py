@@ -1,7 +1,8 @@
 """The machine metadata record (`meta` event, `milabench machine`).
 
 Computed once per process and cached: the machine part (`milabench.machine.facts`:
-CPU, memory, OS, Python, accelerators; with the tool's version and git commit) does not
+CPU, memory, OS, Python, accelerators; with the tool's version and git commit, or
+``MILABENCH_COMMIT`` for a copy without ``.git``) does not
 change during a run. The framework part (torch version and build settings) is read from
 *inside* each benchmark environment with a tiny probe that does not even start the
 interpreter: ``torch/version.py`` (version, CUDA/HIP versions, git revision) is read as
@@ -25,7 +26,7 @@ from typing import Any
 
 from milabench import __version__
 from milabench.events import redact
-from milabench.machine.facts import git_head, machine_facts
+from milabench.machine.facts import machine_facts, tool_commit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 @cache
 def _machine() -> dict[str, Any]:
     record = machine_facts()
-    record["milabench"] = {"version": __version__, "commit": git_head(REPO_ROOT)}
+    record["milabench"] = {"version": __version__, "commit": tool_commit(REPO_ROOT)}
     return record
 
 

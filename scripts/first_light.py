@@ -196,9 +196,12 @@ def install_failures(text: str) -> dict[str, str]:
 def first_call(call: Call, not_carried: dict[str, str]) -> None:
     """Machine record, the entries chosen and left out, and their import check."""
     args = call.args
-    call.milabench("machine", "--base", str(args.base), suite=False, log="machine.txt",
-                   timeout=call.bounded_timeout(60, keep=FINAL_RESERVE),
-                   stdout=args.out / "machine.json")  # fmt: skip
+    machine = call.milabench("machine", "--base", str(args.base), suite=False,
+                             log="machine.txt", stdout=args.out / "machine.json",
+                             timeout=call.bounded_timeout(60, keep=FINAL_RESERVE))  # fmt: skip
+    if machine is not None and machine.rc == 2:  # a bad setting, e.g. MILABENCH_COMMIT
+        lines = (call.logs / "machine.txt").read_text(errors="replace").strip().splitlines()
+        raise Stop(f"milabench machine refused to start: {lines[-1] if lines else 'exit 2'}")
     listing = call.logs / "list.json"
     listing.unlink(missing_ok=True)
     done = call.milabench("list", "--format", "json", log="list.txt", stdout=listing,

@@ -2,7 +2,8 @@
 
 The same record every run file starts with: CPU, OS, accelerators, date, milabench version
 and commit, Python version, the option values in force (secrets redacted), and the
-framework versions found in the current environment.
+framework versions found in the current environment. The commit is the checkout's HEAD,
+else ``MILABENCH_COMMIT`` (a copy of the code without ``.git``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from milabench.config.system import load_system
+    from milabench.errors import UsageError
+    from milabench.machine.facts import commit_override
     from milabench.metadata import meta_record, probe_environment
+
+    try:
+        commit_override()  # a bad MILABENCH_COMMIT is refused, not recorded as none
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
     system = load_system(system_path(args), base=base_path(args))
     record = meta_record(system, probe_environment(sys.executable))

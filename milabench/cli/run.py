@@ -125,9 +125,11 @@ def run(args: argparse.Namespace) -> int:
 
     select_layers(validations)  # unknown layer names fail before anything runs
     from benchkit.memory import host_override
+    from milabench.machine.facts import commit_override
 
     try:
         host_override()  # a bad MILABENCH_HOST_MEMORY fails here, not in every benchmark
+        commit_override()  # a bad MILABENCH_COMMIT too, before the meta records
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

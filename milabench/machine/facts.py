@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -122,6 +123,38 @@ def accelerator_count(facts: Mapping[str, Any]) -> int:
 def accelerator_arch(facts: Mapping[str, Any]) -> str | None:
     """The arch of a `machine_facts` record (None when it has none)."""
     return (facts.get("accelerators") or {}).get("arch")
+
+
+#: Names the commit of a copy of the code without ``.git`` (a container image, a copied tree).
+COMMIT_VARIABLE = "MILABENCH_COMMIT"
+
+
+def commit_override(environ: Mapping[str, str] | None = None) -> str | None:
+    """``MILABENCH_COMMIT`` read: the commit (7 to 40 hex digits, lowercased) that a copy
+    of the code without ``.git`` came from; None when unset or empty. Any other value
+    raises ValueError naming the variable."""
+    text = ((os.environ if environ is None else environ).get(COMMIT_VARIABLE) or "").strip()
+    if not text:
+        return None
+    if not re.fullmatch(r"[0-9a-fA-F]{7,40}", text):
+        raise ValueError(
+            f"{COMMIT_VARIABLE}={text!r}: expected a git commit (7 to 40 hex digits, as "
+            "`git rev-parse HEAD` prints it)"
+        )
+    return text.lower()
+
+
+def tool_commit(folder: str | os.PathLike[str]) -> str | None:
+    """milabench's commit: HEAD of the checkout at ``folder`` when it is one (it wins),
+    else ``MILABENCH_COMMIT`` (`commit_override`; a bad value counts as unset here:
+    `milabench run` and `milabench machine` refuse it first); None when neither."""
+    head = git_head(folder)
+    if head is not None:
+        return head
+    try:
+        return commit_override()
+    except ValueError:
+        return None
 
 
 def git_head(folder: str | os.PathLike[str]) -> str | None:

@@ -57,6 +57,9 @@ def test_repeat_and_resume(tmp_path, mark):
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "MILABENCH_HOST_MEMORY='1T': expected the node's memory in GiB" in bad.stderr
+    bad = milabench("run", "--select", "healthy", base=tmp_path,
+                    env=dict(os.environ, MILABENCH_COMMIT="v1.0"))  # fmt: skip
+    assert bad.returncode == 2 and "MILABENCH_COMMIT='v1.0': expected a git commit" in bad.stderr
     # unknown folder: one line, exit 2
     bad = milabench("run", "--resume", "nope", base=tmp_path)
     assert bad.returncode == 2 and "no run folder" in bad.stderr
@@ -153,6 +156,9 @@ def test_matrix_and_machine(tmp_path):
         env=dict(os.environ, MILABENCH_FAKE_GPUS="cuda:2:1000", MILABENCH_HF_TOKEN="hf_secret"),
     )
     meta = json.loads(machine.stdout)
+    bad = milabench("machine", base=tmp_path, env=dict(os.environ, MILABENCH_COMMIT="HEAD"))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "MILABENCH_COMMIT='HEAD': expected a git commit" in bad.stderr
     assert meta["cpu"]["count"] == os.cpu_count()
     assert meta["os"]["sysname"] == "Linux"
     assert meta["accelerators"]["arch"] == "cuda"

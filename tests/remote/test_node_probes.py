@@ -23,8 +23,10 @@ from milabench.machine.facts import (
     SHIPPED_MODULES,
     accelerator_arch,
     accelerator_count,
+    commit_override,
     git_head,
     machine_facts,
+    tool_commit,
 )
 from milabench.machine.inline import (
     MAX_ARGUMENT,
@@ -210,6 +212,25 @@ def test_git_head_reads_refs_without_git(tmp_path):
     (git / "HEAD").write_text("c" * 40 + "\n")
     assert git_head(tmp_path) == "c" * 40  # detached
     assert git_head(tmp_path / "nowhere") is None
+
+
+def test_a_copy_without_git_takes_its_commit_from_milabench_commit(tmp_path, monkeypatch):
+    """A container image or a copied tree has no ``.git``: ``MILABENCH_COMMIT`` names its
+    commit (lowercased); a checkout's own HEAD wins over it; a value that is no commit
+    raises, naming the variable (the CLI turns that into exit 2)."""
+    monkeypatch.delenv("MILABENCH_COMMIT", raising=False)
+    assert tool_commit(tmp_path) is None and commit_override() is None
+    monkeypatch.setenv("MILABENCH_COMMIT", " ABCDEF1 ")
+    assert tool_commit(tmp_path) == "abcdef1"
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("c" * 40 + "\n")
+    assert tool_commit(tmp_path) == "c" * 40
+    for bad in ("main", "abc", "g" * 40, "a" * 41):
+        monkeypatch.setenv("MILABENCH_COMMIT", bad)
+        with pytest.raises(ValueError, match=f"MILABENCH_COMMIT='{bad}': expected a git commit"):
+            commit_override()
+        assert tool_commit(tmp_path / "copy") is None
+    assert commit_override({"MILABENCH_COMMIT": ""}) is None
 
 
 def test_git_head_of_a_worktree_and_of_a_copy_without_git(tmp_path):

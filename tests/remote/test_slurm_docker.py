@@ -131,6 +131,8 @@ def test_dockerfiles_and_sbatch_are_plausible():
         assert text.count("\nFROM ") == 1
         assert "MILABENCH_BASE=" in text and "MILABENCH_CONFIG=" in text
         assert "milabench install" in text and f"MILABENCH_GPU_ARCH={arch}" in text
+        # no .git in the image: the commit it was built from is passed in and recorded
+        assert "ARG MILABENCH_COMMIT=" in text and "MILABENCH_COMMIT=${MILABENCH_COMMIT}" in text
     script = root / "scripts" / "slurm" / "milabench.sbatch"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     missing = subprocess.run(

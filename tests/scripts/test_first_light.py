@@ -27,9 +27,10 @@ from firstlight import procs, selection, setup, summary  # noqa: E402
 
 
 def first_light(out: Path, *args: str, config: Path = SMOKE, python: str = sys.executable,
-                timeout: float = 600) -> subprocess.CompletedProcess:  # fmt: skip
+                timeout: float = 600, **variables: str) -> subprocess.CompletedProcess:  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("MILABENCH_")}
     env["MILABENCH_GPU_ARCH"] = "cpu"
+    env.update(variables)
     return subprocess.run([python, str(SCRIPT), str(out), "--config", str(config), *args],
                           capture_output=True, text=True, env=env, timeout=timeout,
                           cwd=ROOT)  # fmt: skip
@@ -591,6 +592,18 @@ def test_a_group_that_cannot_import_is_not_started(tmp_path):
 def test_bad_arguments_exit_2(tmp_path):
     done = first_light(tmp_path / "out", "--budget", "3")
     assert done.returncode == 2 and "--budget must be at least" in done.stderr
+
+
+def test_a_setting_milabench_refuses_stops_the_call_before_any_entry(tmp_path):
+    """A bad MILABENCH_COMMIT would fail every entry's run: the call stops at
+    ``milabench machine`` with its line, before preparing anything."""
+    out = tmp_path / "out"
+    done = first_light(out, "--budget", "120", MILABENCH_COMMIT="HEAD")
+    assert done.returncode == 1, done.stderr
+    assert "milabench machine refused to start: milabench: error: MILABENCH_COMMIT='HEAD'" in (
+        done.stderr
+    )
+    assert not (out / "base" / "runs").exists()
 
 
 def test_the_rehearsal_lists_what_the_mirror_would_bring_back(tmp_path):
