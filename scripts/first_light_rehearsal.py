@@ -16,7 +16,8 @@ light on a GPU"):
    registry is reachable;
 3. **the call**: the exact first-light command, with that Python, from this repository,
    in a network namespace with no route out (``unshare --net``: only a loopback), with
-   ``MILABENCH_GPU_ARCH=cpu`` and the CPU smoke sizes of ``config/first-light-smoke.yaml``
+   ``MILABENCH_COMMIT`` as the documented command sets it, ``MILABENCH_GPU_ARCH=cpu`` and
+   the CPU smoke sizes of ``config/first-light-smoke.yaml``
    (the same entry names, so the same default selection), under the same budget, with
    ``--mirror`` as on the lent machine; with ``--read-only-image``, that Python's whole
    environment is mounted read-only for the call (a private mount namespace), as an
@@ -85,9 +86,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def machine_env() -> dict[str, str]:
-    """This process's variables less what only this development machine has."""
+    """This process's variables less what only this development machine has, plus what
+    the documented command sets: ``MILABENCH_COMMIT``, this checkout's HEAD."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED)}
     env["MILABENCH_GPU_ARCH"] = "cpu"  # no GPU here: the CPU stands in for it
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                              text=True).stdout.strip()  # fmt: skip
+    except OSError:  # no git here: the record names no commit
+        head = ""
+    if head:
+        env["MILABENCH_COMMIT"] = head
     return env
 
 

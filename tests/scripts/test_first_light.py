@@ -619,6 +619,20 @@ def test_the_rehearsal_lists_what_the_mirror_would_bring_back(tmp_path):
     assert (rehearsal.RETURNED_FILES, rehearsal.RETURNED_MIB) == (8, 16)
 
 
+def test_the_rehearsal_sets_what_the_documented_command_sets(monkeypatch):
+    """Its call's variables: this machine's less pip's, uv's and milabench's own, with the
+    CPU standing in for the GPU and MILABENCH_COMMIT naming this checkout's HEAD."""
+    import first_light_rehearsal as rehearsal
+    from milabench.machine.facts import git_head
+
+    monkeypatch.setenv("MILABENCH_BASE", "/elsewhere")
+    monkeypatch.setenv("PIP_INDEX_URL", "http://mirror.invalid")
+    env = rehearsal.machine_env()
+    assert "MILABENCH_BASE" not in env and "PIP_INDEX_URL" not in env
+    assert env["MILABENCH_GPU_ARCH"] == "cpu"
+    assert env.get("MILABENCH_COMMIT") == git_head(ROOT)
+
+
 @pytest.mark.system
 def test_the_rehearsal_s_call_is_offline_and_can_see_the_image_read_only(tmp_path):
     """The rehearsal's wrapper: no route out, and with ``read_only`` that folder cannot be
