@@ -199,11 +199,11 @@ def copy_scripts(scripts: Path, pythons: set[str], new_python: Path) -> list[str
         try:
             with script.open("rb") as f:
                 first = f.readline(4096)
+                command = first[2:].strip().split(b" ")[0].decode(errors="replace")
+                if not first.startswith(b"#!") or os.path.realpath(command) not in runs:
+                    continue  # a binary, or another interpreter's script: not read on
                 rest = f.read()
         except OSError:
-            continue
-        command = first[2:].strip().split(b" ")[0].decode(errors="replace")
-        if not first.startswith(b"#!") or os.path.realpath(command) not in runs:
             continue
         (target / script.name).write_bytes(b"#!" + str(new_python).encode() + b"\n" + rest)
         (target / script.name).chmod(0o755)
