@@ -14,7 +14,9 @@ light on a GPU"):
 2. **what travels**: the wheelhouse for that Python, made with the documented command
    (``scripts/first_light_wheelhouse.py DIR --max-mib N``), here, where the package
    registry is reachable;
-3. **the call**: the exact first-light command, with that Python, from this repository,
+3. **the call**: the exact first-light command, with that Python, from a copy of this
+   checkout as the lent machine receives it (``tree_copy``: tracked and untracked files
+   git does not ignore, no ``.git``),
    in a network namespace with no route out (``unshare --net``: only a loopback), with
    ``MILABENCH_COMMIT`` as the documented command sets it, ``MILABENCH_GPU_ARCH=cpu`` and
    the CPU smoke sizes of ``config/first-light-smoke.yaml``
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -111,10 +114,10 @@ def offline(argv: list[str], read_only: Path | None = None) -> list[str]:
 
 
 def step(what: str, argv: list[str], *, env: dict[str, str] | None = None,
-         log: Path | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+         log: Path | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:  # fmt: skip
     """Run one step (its output to ``log`` and to this terminal's standard output)."""
     print(f"rehearsal: {what}", flush=True)
-    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     text = proc.stdout + proc.stderr
     if log is not None:
         log.write_text(text)
@@ -155,12 +158,16 @@ def rehearse(args: argparse.Namespace) -> dict:
         raise Failed("could not cut the network off (unshare --net needs root or user "
                      f"namespaces): {(probe.stderr or probe.stdout).strip()[-200:]}")  # fmt: skip
 
-    out, back = args.work / "out", args.work / "returned"
+    out, back, tree = args.work / "out", args.work / "returned", args.work / "tree"
     for folder in (out, back):
         if folder.exists():
             subprocess.run(["rm", "-rf", str(folder)], check=True)
-    command = [python, str(HERE / "first_light.py"), str(out), "--wheelhouse", str(house),
-               "--config", str(args.config.absolute()), "--budget", f"{args.budget:g}",
+    record["tree_files"] = tree_copy(tree)
+    config = args.config.absolute()
+    if config.is_relative_to(REPO):  # the copy's own, as the lent machine reads it
+        config = tree / config.relative_to(REPO)
+    command = [python, str(tree / "scripts" / "first_light.py"), str(out), "--wheelhouse",
+               str(house), "--config", str(config), "--budget", f"{args.budget:g}",
                "--mirror", str(back)]  # fmt: skip
     if args.select:
         command += ["--select", args.select]
@@ -169,21 +176,19 @@ def rehearse(args: argparse.Namespace) -> dict:
     start = time.monotonic()
     sealed = Path(python).parents[1] if args.read_only_image else None
     what = "first light, offline" + (f", {sealed} read-only" if sealed else "")
-    call = step(what, offline(command, sealed), env=env, log=args.work / "first-light.log")
+    call = step(what, offline(command, sealed), env=env, log=args.work / "first-light.log",
+                cwd=tree)  # fmt: skip
     record["first_light_s"] = round(time.monotonic() - start, 1)
     record["first_light_rc"] = call.returncode
-    try:
-        state = json.loads((out / "first-light.json").read_text())
-        record["entries"] = {e["name"]: e["status"] for e in state.get("entries") or []}
-        record["left_out"] = state.get("left_out") or {}
-    except (OSError, ValueError):
-        record["entries"] = {}
-    record["returned"] = returned_files(back)
+    record.update(call_record(out, back))
     (args.work / "rehearsal.json").write_text(json.dumps(record, indent=2) + "\n")
     if record["first_light_s"] > args.budget:
         raise Failed(f"first light took {record['first_light_s']} s, over its {args.budget:g} s")
     if call.returncode != 0:
         raise Failed(f"first light exited {call.returncode}; see {out / 'first-light.md'}")
+    if record["commit"] != env.get("MILABENCH_COMMIT"):
+        raise Failed(f"the record names commit {record['commit']}, not this checkout's "
+                     f"{env.get('MILABENCH_COMMIT')} (see {out / 'machine.json'})")  # fmt: skip
     returned = record["returned"]
     if len(returned) > RETURNED_FILES or max(returned.values(), default=0) > RETURNED_MIB:
         raise Failed(f"{back} holds more than a lent machine gives back "
@@ -191,8 +196,52 @@ def rehearse(args: argparse.Namespace) -> dict:
     return record
 
 
+def call_record(out: Path, back: Path) -> dict:
+    """What the call left: each entry's status, what it left out, the files of the
+    mirror, and the commit its machine record names (the copy has no .git: that is
+    MILABENCH_COMMIT's)."""
+    record: dict = {"entries": {}, "commit": None}
+    try:
+        state = json.loads((out / "first-light.json").read_text())
+        record["entries"] = {e["name"]: e["status"] for e in state.get("entries") or []}
+        record["left_out"] = state.get("left_out") or {}
+    except (OSError, ValueError):
+        pass
+    record["returned"] = returned_files(back)
+    try:
+        facts = json.loads((out / "machine.json").read_text())
+        record["commit"] = (facts.get("milabench") or {}).get("commit")
+    except (OSError, ValueError, AttributeError):
+        pass
+    return record
+
+
 #: What a lent machine gives back of ``$OUT``: files, MiB each (the device tool's limits).
 RETURNED_FILES, RETURNED_MIB = 8, 16
+
+
+def tree_copy(dest: Path) -> int:
+    """This checkout as a lent machine receives it, at ``dest`` (replaced): the files git
+    tracks and the untracked ones it does not ignore, links as links, and no ``.git``.
+    Returns how many files; `Failed` without git."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], cwd=REPO, capture_output=True)  # fmt: skip
+    except OSError as err:
+        raise Failed(f"cannot list the working tree: {err}") from None
+    if listed.returncode != 0:
+        raise Failed(f"cannot list the working tree: {listed.stderr.decode().strip()}")
+    if dest.exists():
+        shutil.rmtree(dest)
+    count = 0
+    for name in sorted(set(filter(None, listed.stdout.decode().split("\0")))):
+        source, target = REPO / name, dest / name
+        if not source.is_symlink() and not source.is_file():
+            continue  # deleted in the working tree, or a submodule
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+        count += 1
+    return count
 
 
 def returned_files(folder: Path) -> dict[str, float]:

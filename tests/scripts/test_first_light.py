@@ -623,6 +623,7 @@ def test_the_rehearsal_sets_what_the_documented_command_sets(monkeypatch):
     """Its call's variables: this machine's less pip's, uv's and milabench's own, with the
     CPU standing in for the GPU and MILABENCH_COMMIT naming this checkout's HEAD."""
     import first_light_rehearsal as rehearsal
+
     from milabench.machine.facts import git_head
 
     monkeypatch.setenv("MILABENCH_BASE", "/elsewhere")
@@ -652,3 +653,22 @@ def test_the_rehearsal_s_call_is_offline_and_can_see_the_image_read_only(tmp_pat
     assert sealed.stdout.split("\n")[:2] == ["Read-only file system", "offline"], sealed.stderr
     plain = subprocess.run(rehearsal.offline(argv), capture_output=True, text=True)
     assert plain.stdout.strip() == "offline" and (image / "x").is_file(), plain.stderr
+
+
+def test_the_rehearsal_runs_from_the_tree_a_lent_machine_receives(tmp_path):
+    """`tree_copy`: the files git tracks and the untracked ones it does not ignore, as
+    they are in the working tree, and no .git; what git ignores stays behind."""
+    import first_light_rehearsal as rehearsal
+
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
+    present = [n for n in listed.stdout.splitlines() if (ROOT / n).is_file()]
+    tree = tmp_path / "tree"
+    assert rehearsal.tree_copy(tree) == len(set(present))
+    assert not (tree / ".git").exists() and (tree / "scripts" / "first_light.py").is_file()
+    assert (tree / "README.md").read_bytes() == (ROOT / "README.md").read_bytes()
+    ignored = [p for p in (".whl-fl", "results", "milabench.egg-info") if (ROOT / p).exists()]
+    assert not any((tree / p).exists() for p in ignored)
+    (tree / "stale").write_text("")
+    rehearsal.tree_copy(tree)
+    assert not (tree / "stale").exists()  # replaced, not merged
