@@ -178,8 +178,11 @@ def overlay(python: str, paths: list[Path], venv: Path, deadline: Deadline) -> P
     # one line, run in its own namespace (a comprehension would not see ``site``)
     lines = [f"import site; list(map(site.addsitedir, {sites!r}))\n"]
     lines += [f"{p.absolute()}\n" for p in paths]
-    pth.write_text("".join(lines))
-    copy_scripts(Path(facts["scripts"]), {python, facts["executable"]}, new_python)
+    try:
+        pth.write_text("".join(lines))
+        copy_scripts(Path(facts["scripts"]), {python, facts["executable"]}, new_python)
+    except OSError as err:
+        raise SetupError(f"cannot write the overlay venv {venv}: {err}") from None
     ok, line = importable(str(new_python), deadline)
     if not ok:
         raise SetupError(f"milabench is not importable in the overlay {new_python}: {line}")
