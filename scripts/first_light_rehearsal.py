@@ -23,10 +23,15 @@ light on a GPU"):
    (the same entry names, so the same default selection), under the same budget, with
    ``--mirror`` as on the lent machine; with ``--read-only-image``, that Python's whole
    environment is mounted read-only for the call (a private mount namespace), as an
-   image's may be, so first light runs milabench from its overlay venv.
+   image's may be, so first light runs milabench from its overlay venv;
+4. **the estimates the GPU makes**: each entry that ran, estimated by that Python,
+   offline, at ``config/first-light.yaml``'s sizes for one H200, as the entry estimates
+   itself when it starts on a GPU and never on a CPU (`firstlight.estimates`): each
+   estimate's GiB and seconds, which the entry spends inside its time there.
 
-It passes when the first-light command exits 0 within its budget and its mirror holds
-no more than the lent machine gives back (8 files of 16 MiB). Exit codes: 0 pass,
+It passes when the first-light command exits 0 within its budget, its mirror holds
+no more than the lent machine gives back (8 files of 16 MiB), and every entry's estimate
+is made. Exit codes: 0 pass,
 1 fail (the line says which step), 2 bad arguments. Needs root or unprivileged user
 namespaces for ``unshare --net``.
 """
@@ -44,9 +49,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(REPO)]  # this checkout's milabench reads the suite
 
-from firstlight import imageenv  # noqa: E402
+from firstlight import estimates, imageenv  # noqa: E402
 
 DEFAULT_WORK = Path.home() / ".cache" / "milabench" / "first-light-rehearsal"
 #: A connection that must fail inside the namespace (a package index: no DNS, no route).
@@ -126,7 +131,7 @@ def step(what: str, argv: list[str], *, env: dict[str, str] | None = None,
 
 
 def rehearse(args: argparse.Namespace) -> dict:
-    """The three steps; a record of what ran and how long it took."""
+    """The four steps; a record of what ran and how long it took."""
     args.work.mkdir(parents=True, exist_ok=True)
     record: dict = {"budget": args.budget, "max_mib": args.max_mib}
     start = time.monotonic()
@@ -193,7 +198,27 @@ def rehearse(args: argparse.Namespace) -> dict:
     if len(returned) > RETURNED_FILES or max(returned.values(), default=0) > RETURNED_MIB:
         raise Failed(f"{back} holds more than a lent machine gives back "
                      f"({RETURNED_FILES} files of {RETURNED_MIB} MiB at most): {returned}")  # fmt: skip
+    record["estimates"] = gpu_estimates(python, tree, out / "site", list(record["entries"]), env)
+    (args.work / "rehearsal.json").write_text(json.dumps(record, indent=2) + "\n")
+    failed = {name: r["error"] for name, r in record["estimates"].items() if "error" in r}
+    if failed:
+        raise Failed(f"no start-up estimate at the GPU's sizes for {', '.join(failed)} "
+                     f"(the GPU runs them without their memory check): {failed}")  # fmt: skip
     return record
+
+
+def gpu_estimates(python: str, tree: Path, site: Path, names: list[str],
+                  env: dict[str, str]) -> dict[str, dict]:  # fmt: skip
+    """Step 4: the start-up estimates of ``names`` at first-light.yaml's sizes for one
+    H200, by ``python``, offline, from ``tree``, with what first light installed in
+    ``site`` on the path as an entry has it (`firstlight.estimates`); printed."""
+    print("rehearsal: the start-up estimates an entry makes on the GPU, offline", flush=True)
+    todo = estimates.jobs(tree / "config" / "first-light.yaml", names)
+    paths = [str(tree), str(tree / "benchmarks" / "_shared"), str(site)]
+    env = dict(env, PYTHONPATH=os.pathsep.join(paths), HF_HUB_OFFLINE="1")
+    results = estimates.estimate(python, todo, env, wrap=offline)
+    sys.stdout.write("".join(f"  {line}\n" for line in estimates.lines(results)))
+    return results
 
 
 def call_record(out: Path, back: Path) -> dict:
@@ -260,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rehearsal: PASSED: {len(record['entries'])} entries in "
           f"{record['first_light_s']} s of a {args.budget:g} s budget, offline, on "
           f"Python 3.12 without pip; wheelhouse {record['wheelhouse_mib']} MiB; "
+          f"{len(record['estimates'])} start-up estimates at the GPU's sizes in "
+          f"{sum(r['estimate_s'] for r in record['estimates'].values()):.1f} s; "
           f"record in {args.work / 'rehearsal.json'}")  # fmt: skip
     return 0
 

@@ -672,3 +672,41 @@ def test_the_rehearsal_runs_from_the_tree_a_lent_machine_receives(tmp_path):
     (tree / "stale").write_text("")
     rehearsal.tree_copy(tree)
     assert not (tree / "stale").exists()  # replaced, not merged
+
+
+# ------------------------------------------------------- the estimates the GPU will make
+
+
+def test_the_gpu_s_estimates_are_the_entries_at_first_light_sizes_on_one_gpu():
+    """What an entry estimates when it starts on the lent H200: first-light.yaml's options
+    resolved for one GPU of that machine, one rank."""
+    from firstlight import estimates
+
+    todo = estimates.jobs(ROOT / "config" / "first-light.yaml", ["pna", "llama", "unknown"])
+    assert [job.name for job in todo] == ["pna", "llama"]
+    pna = todo[0]
+    assert Path(pna.folder) == ROOT / "benchmarks" / "geo_gnn"
+    assert (pna.world, pna.ranks_per_node) == (1, 1)
+    options = dict(zip(pna.argv, pna.argv[1:], strict=False))
+    assert options["--device"] == "cuda" and options["--batch-size"] == "4096"
+    assert options["--threads"] == str(estimates.LENT_CPUS)
+
+
+def test_an_estimate_is_timed_and_one_that_fails_is_one_line(tmp_path):
+    """Each estimate in a process of its own, in the entry's folder: its GiB and its
+    seconds; a bad option is an error line naming what argparse said, not a traceback."""
+    from firstlight import estimates
+
+    good = estimates.jobs(ROOT / "config" / "first-light.yaml", ["bf16"])[0]
+    bad = estimates.Job("broken", good.folder, ["--no-such-option"], 1, 1)
+    paths = [str(ROOT), str(ROOT / "benchmarks" / "_shared")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    results = estimates.estimate(sys.executable, [good, bad], env)
+    assert results["bf16"]["per_gpu"] > 2**30 and results["bf16"]["estimate_s"] >= 0
+    assert results["bf16"]["torch"] == __import__("torch").__version__
+    error = results["broken"]["error"]
+    assert "\n" not in error and "--no-such-option" in error, error
+    said = estimates.lines(results)
+    assert said[0].startswith("bf16: ") and "GiB per GPU" in said[0]
+    assert said[1].startswith("broken: NO ESTIMATE: ")
+    assert said[-1].startswith("estimates: ") and "for 2 entries" in said[-1]
