@@ -29,11 +29,11 @@ light on a GPU"):
    itself when it starts on a GPU and never on a CPU (`firstlight.estimates`): each
    estimate's GiB and seconds, which the entry spends inside its time there.
 
-It passes when the first-light command exits 0 within its budget, its mirror holds
-no more than the lent machine gives back (8 files of 16 MiB), and every entry's estimate
-is made. Exit codes: 0 pass,
-1 fail (the line says which step), 2 bad arguments. Needs root or unprivileged user
-namespaces for ``unshare --net``.
+It passes when the tree and the wheelhouse fit what a lent machine receives (64 MiB),
+the first-light command exits 0 within its budget, its mirror holds no more than the lent
+machine gives back (8 files of 16 MiB), and every entry's estimate is made.
+Exit codes: 0 pass, 1 fail (the line says which step), 2 bad arguments. Needs root or
+unprivileged user namespaces for ``unshare --net``.
 """
 
 from __future__ import annotations
@@ -168,6 +168,10 @@ def rehearse(args: argparse.Namespace) -> dict:
         if folder.exists():
             subprocess.run(["rm", "-rf", str(folder)], check=True)
     record["tree_files"] = tree_copy(tree)
+    record["travels_mib"] = round(folder_mib(tree) + folder_mib(house), 1)
+    if record["travels_mib"] > TRAVELS_MIB:
+        raise Failed(f"the tree and the wheelhouse are {record['travels_mib']} MiB, over the "
+                     f"{TRAVELS_MIB} MiB a lent machine receives")  # fmt: skip
     config = args.config.absolute()
     if config.is_relative_to(REPO):  # the copy's own, as the lent machine reads it
         config = tree / config.relative_to(REPO)
@@ -243,6 +247,14 @@ def call_record(out: Path, back: Path) -> dict:
 
 #: What a lent machine gives back of ``$OUT``: files, MiB each (the device tool's limits).
 RETURNED_FILES, RETURNED_MIB = 8, 16
+#: What it receives: the working tree with the carried wheelhouse, MiB in all.
+TRAVELS_MIB = 64
+
+
+def folder_mib(folder: Path) -> float:
+    """MiB of the files under ``folder`` (a link counts as itself, not what it names)."""
+    files = (p for p in folder.rglob("*") if p.is_symlink() or p.is_file())
+    return sum(p.lstat().st_size for p in files) / 2**20
 
 
 def tree_copy(dest: Path) -> int:
@@ -284,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"rehearsal: PASSED: {len(record['entries'])} entries in "
           f"{record['first_light_s']} s of a {args.budget:g} s budget, offline, on "
-          f"Python 3.12 without pip; wheelhouse {record['wheelhouse_mib']} MiB; "
+          f"Python 3.12 without pip; wheelhouse {record['wheelhouse_mib']} MiB "
+          f"({record['travels_mib']} MiB with the tree, of {TRAVELS_MIB}); "
           f"{len(record['estimates'])} start-up estimates at the GPU's sizes in "
           f"{sum(r['estimate_s'] for r in record['estimates'].values()):.1f} s; "
           f"record in {args.work / 'rehearsal.json'}")  # fmt: skip

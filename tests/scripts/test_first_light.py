@@ -710,3 +710,14 @@ def test_an_estimate_is_timed_and_one_that_fails_is_one_line(tmp_path):
     assert said[0].startswith("bf16: ") and "GiB per GPU" in said[0]
     assert said[1].startswith("broken: NO ESTIMATE: ")
     assert said[-1].startswith("estimates: ") and "for 2 entries" in said[-1]
+
+
+def test_the_rehearsal_weighs_what_travels_as_a_lent_machine_does(tmp_path):
+    """Files and links count by their own size (a link is sent as a link)."""
+    import first_light_rehearsal as rehearsal
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.bin").write_bytes(b"x" * 2**20)
+    (tmp_path / "link").symlink_to(tmp_path / "sub" / "a.bin")
+    assert 1.0 < rehearsal.folder_mib(tmp_path) < 1.001
+    assert rehearsal.TRAVELS_MIB == 64
