@@ -578,7 +578,12 @@ for options in (["--lora", "4"], ["--shard-embeddings", "--param-dtype", "bf16"]
     dist.all_reduce(read)
     assert int(read) == on_disk, (int(read), on_disk)
     print(f"rank {rank} {options}: {checked} weights equal, read {args.read_bytes} of {on_disk}")
-dist.destroy_process_group()
+# as the benchmark leaves: its sharded model dropped before its group (a group destroyed
+# under live FSDP state can abort a rank at exit under load: SIGABRT, seen once in CI)
+from benchkit.torchsetup import teardown_distributed
+dist.barrier()  # and the ranks leave together, as ddp's main.py leaves
+model = reference = None
+teardown_distributed()
 """
 
 
