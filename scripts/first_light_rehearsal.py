@@ -27,11 +27,14 @@ light on a GPU"):
 4. **the estimates the GPU makes**: each entry that ran, estimated by that Python,
    offline, at ``config/first-light.yaml``'s sizes for one H200, as the entry estimates
    itself when it starts on a GPU and never on a CPU (`firstlight.estimates`): each
-   estimate's GiB and seconds, which the entry spends inside its time there.
+   estimate's GiB and seconds, which the entry spends inside its time there;
+5. **the data the GPU prepares**: ``milabench prepare`` of those entries at the same
+   sizes, offline, timed (the call prepared them at smoke sizes), then removed.
 
 It passes when the tree and the wheelhouse fit what a lent machine receives (64 MiB),
 the first-light command exits 0 within its budget, its mirror holds no more than the lent
-machine gives back (8 files of 16 MiB), and every entry's estimate is made.
+machine gives back (8 files of 16 MiB), every entry's estimate is made and the
+prepare at the GPU's sizes succeeds.
 Exit codes: 0 pass, 1 fail (the line says which step), 2 bad arguments. Needs root or
 unprivileged user namespaces for ``unshare --net``.
 """
@@ -131,7 +134,7 @@ def step(what: str, argv: list[str], *, env: dict[str, str] | None = None,
 
 
 def rehearse(args: argparse.Namespace) -> dict:
-    """The four steps; a record of what ran and how long it took."""
+    """The five steps; a record of what ran and how long it took."""
     args.work.mkdir(parents=True, exist_ok=True)
     record: dict = {"budget": args.budget, "max_mib": args.max_mib}
     start = time.monotonic()
@@ -202,27 +205,62 @@ def rehearse(args: argparse.Namespace) -> dict:
     if len(returned) > RETURNED_FILES or max(returned.values(), default=0) > RETURNED_MIB:
         raise Failed(f"{back} holds more than a lent machine gives back "
                      f"({RETURNED_FILES} files of {RETURNED_MIB} MiB at most): {returned}")  # fmt: skip
-    record["estimates"] = gpu_estimates(python, tree, out / "site", list(record["entries"]), env)
-    (args.work / "rehearsal.json").write_text(json.dumps(record, indent=2) + "\n")
+    at_gpu_sizes(python, tree, out / "site", env, record, args.work)
+    return record
+
+
+def at_gpu_sizes(python: str, tree: Path, site: Path, env: dict[str, str], record: dict,
+                 work: Path) -> None:  # fmt: skip
+    """Steps 4 and 5, for the entries the call ran: what the GPU machine does at
+    first-light.yaml's sizes on the CPU (`gpu_estimates`, `gpu_prepare`), by ``python``,
+    offline, from ``tree``, with what first light installed in ``site`` on the path as
+    an entry has it; into ``record`` (written to ``work``), `Failed` when one fails."""
+    names = list(record["entries"])
+    paths = [str(tree), str(tree / "benchmarks" / "_shared"), str(site)]
+    env = dict(env, PYTHONPATH=os.pathsep.join(paths), HF_HUB_OFFLINE="1")
+    record["estimates"] = gpu_estimates(python, tree, names, env)
+    record.update(gpu_prepare(python, tree, names, env, work / "gpu-prepare"))
+    (work / "rehearsal.json").write_text(json.dumps(record, indent=2) + "\n")
     failed = {name: r["error"] for name, r in record["estimates"].items() if "error" in r}
     if failed:
         raise Failed(f"no start-up estimate at the GPU's sizes for {', '.join(failed)} "
                      f"(the GPU runs them without their memory check): {failed}")  # fmt: skip
-    return record
+    if record["gpu_prepare_rc"] != 0:
+        raise Failed(f"prepare at the GPU's sizes exited {record['gpu_prepare_rc']} "
+                     f"(see {work / 'gpu-prepare.log'})")  # fmt: skip
 
 
-def gpu_estimates(python: str, tree: Path, site: Path, names: list[str],
+def gpu_estimates(python: str, tree: Path, names: list[str],
                   env: dict[str, str]) -> dict[str, dict]:  # fmt: skip
     """Step 4: the start-up estimates of ``names`` at first-light.yaml's sizes for one
-    H200, by ``python``, offline, from ``tree``, with what first light installed in
-    ``site`` on the path as an entry has it (`firstlight.estimates`); printed."""
+    H200 (`firstlight.estimates`); printed."""
     print("rehearsal: the start-up estimates an entry makes on the GPU, offline", flush=True)
     todo = estimates.jobs(tree / "config" / "first-light.yaml", names)
-    paths = [str(tree), str(tree / "benchmarks" / "_shared"), str(site)]
-    env = dict(env, PYTHONPATH=os.pathsep.join(paths), HF_HUB_OFFLINE="1")
     results = estimates.estimate(python, todo, env, wrap=offline)
     sys.stdout.write("".join(f"  {line}\n" for line in estimates.lines(results)))
     return results
+
+
+def gpu_prepare(python: str, tree: Path, names: list[str], env: dict[str, str],
+                base: Path) -> dict:  # fmt: skip
+    """Step 5: ``milabench prepare`` of ``names`` at first-light.yaml's sizes, resolved
+    for one H200 (`estimates.LENT_GPU_MIB`, as fake GPUs), into an empty ``base``: the
+    data the GPU machine makes inside the call (the JPEG folders, the molecules), timed;
+    the data is removed afterwards. Returns ``gpu_prepare_s``, ``_rc`` and ``_gib``."""
+    if base.exists():
+        shutil.rmtree(base)
+    env = {k: v for k, v in env.items() if k != "MILABENCH_GPU_ARCH"}
+    env["MILABENCH_FAKE_GPUS"] = f"cuda:1:{estimates.LENT_GPU_MIB}"
+    argv = [python, "-m", "milabench", "prepare", "--use-current-env", "--config",
+            str(tree / "config" / "first-light.yaml"), "--base", str(base), "--select",
+            ",".join(names)]  # fmt: skip
+    start = time.monotonic()
+    done = step("prepare at the GPU's sizes, offline", offline(argv), env=env,
+                log=base.with_suffix(".log"), cwd=tree)  # fmt: skip
+    seconds = round(time.monotonic() - start, 1)
+    gib = round(folder_mib(base / "data") / 1024, 2) if (base / "data").is_dir() else 0.0
+    shutil.rmtree(base, ignore_errors=True)
+    return {"gpu_prepare_s": seconds, "gpu_prepare_rc": done.returncode, "gpu_prepare_gib": gib}
 
 
 def call_record(out: Path, back: Path) -> dict:
@@ -300,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({record['travels_mib']} MiB with the tree, of {TRAVELS_MIB}); "
           f"{len(record['estimates'])} start-up estimates at the GPU's sizes in "
           f"{sum(r['estimate_s'] for r in record['estimates'].values()):.1f} s; "
+          f"prepared at the GPU's sizes in {record['gpu_prepare_s']} s "
+          f"({record['gpu_prepare_gib']} GiB); "
           f"record in {args.work / 'rehearsal.json'}")  # fmt: skip
     return 0
 

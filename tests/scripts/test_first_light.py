@@ -721,3 +721,17 @@ def test_the_rehearsal_weighs_what_travels_as_a_lent_machine_does(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "sub" / "a.bin")
     assert 1.0 < rehearsal.folder_mib(tmp_path) < 1.001
     assert rehearsal.TRAVELS_MIB == 64
+
+
+def test_the_rehearsal_prepares_at_the_gpu_s_sizes_and_leaves_no_data(tmp_path):
+    """Step 5: first-light.yaml prepared as for one H200 (the suite needs a GPU: fake
+    ones stand in), offline, timed, its data removed afterwards."""
+    import first_light_rehearsal as rehearsal
+
+    paths = [str(ROOT), str(ROOT / "benchmarks" / "_shared")]
+    env = dict(rehearsal.machine_env(), PYTHONPATH=os.pathsep.join(paths))
+    base = tmp_path / "gpu-prepare"
+    done = rehearsal.gpu_prepare(sys.executable, ROOT, ["bf16"], env, base)
+    assert done["gpu_prepare_rc"] == 0, base.with_suffix(".log").read_text()[-2000:]
+    assert done["gpu_prepare_s"] > 0 and done["gpu_prepare_gib"] == 0.0
+    assert "bf16" in base.with_suffix(".log").read_text() and not base.exists()
