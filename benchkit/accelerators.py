@@ -98,6 +98,13 @@ def parse_fake_gpus(text: str) -> FakeGPUSpec:
     return FakeGPUSpec(parts[0], int(parts[1]), mib, lost)
 
 
+def fake_gpus_setting(spec: FakeGPUSpec) -> dict[str, str]:
+    """The variable, as `fake_gpus` reads it, that makes a process started with it see
+    the devices of ``spec`` (for a launcher's child environment)."""
+    lost = f":lost@{spec.lost_at}" if spec.lost_at else ""
+    return {"MILABENCH_FAKE_GPUS": f"{spec.arch}:{spec.count}:{spec.memory_mib}{lost}"}
+
+
 def fake_gpus(environ: Mapping[str, str] | None = None) -> FakeGPUSpec | None:
     """The fake GPUs this process is told to see (None when the variable is unset or
     empty). The only place that reads ``MILABENCH_FAKE_GPUS``."""

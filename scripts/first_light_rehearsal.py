@@ -56,6 +56,8 @@ sys.path[:0] = [str(HERE), str(REPO)]  # this checkout's milabench reads the sui
 
 from firstlight import estimates, imageenv  # noqa: E402
 
+from benchkit.accelerators import FakeGPUSpec, fake_gpus_setting  # noqa: E402
+
 DEFAULT_WORK = Path.home() / ".cache" / "milabench" / "first-light-rehearsal"
 #: A connection that must fail inside the namespace (a package index: no DNS, no route).
 OFFLINE_PROBE = (
@@ -250,7 +252,7 @@ def gpu_prepare(python: str, tree: Path, names: list[str], env: dict[str, str],
     if base.exists():
         shutil.rmtree(base)
     env = {k: v for k, v in env.items() if k != "MILABENCH_GPU_ARCH"}
-    env["MILABENCH_FAKE_GPUS"] = f"cuda:1:{estimates.LENT_GPU_MIB}"
+    env.update(fake_gpus_setting(FakeGPUSpec("cuda", 1, estimates.LENT_GPU_MIB)))
     argv = [python, "-m", "milabench", "prepare", "--use-current-env", "--config",
             str(tree / "config" / "first-light.yaml"), "--base", str(base), "--select",
             ",".join(names)]  # fmt: skip

@@ -17,6 +17,7 @@ from benchkit.accelerators import (
     FakeGPUSpec,
     NoAccelerators,
     fake_gpus,
+    fake_gpus_setting,
     find_accelerators,
     parse_fake_gpus,
     visible_devices,
@@ -139,6 +140,12 @@ def test_fake_gpus_keys_as_the_process_sees_them(monkeypatch):
 def _sources() -> list[Path]:
     folders = ("milabench", "benchkit", "benchmarks", "scripts")
     return [p for folder in folders for p in sorted((ROOT / folder).rglob("*.py"))]
+
+
+def test_a_launcher_s_fake_gpus_setting_is_what_fake_gpus_reads():
+    """A child environment made by `fake_gpus_setting` shows exactly its devices."""
+    for spec in (FakeGPUSpec("cuda", 1, 143771), FakeGPUSpec("rocm", 8, 1000, 3)):
+        assert fake_gpus(fake_gpus_setting(spec)) == spec
 
 
 def test_fake_gpus_is_read_in_one_module_only():
