@@ -93,12 +93,32 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 :].split()[:1] != [b"Z"]
 
 
-def kill_descendants(root: int | None = None, wait: float = 2.0) -> int:
+def command_line(pid: int, limit: int = 160) -> str:
+    """``pid``'s command line as one line of at most ``limit`` characters (its name in
+    brackets when /proc has no command line, '?' when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            words = [w.decode(errors="replace") for w in fh.read().split(b"\0") if w]
+        if not words:
+            with open(f"/proc/{pid}/comm", "rb") as fh:
+                words = [f"[{fh.read().decode(errors='replace').strip()}]"]
+    except OSError:
+        return "?"
+    line = " ".join(words)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def kill_descendants(
+    root: int | None = None, wait: float = 2.0, seen: list[str] | None = None
+) -> int:
     """SIGKILL every process below ``root`` (default: this one), wait up to ``wait``
     seconds for them to die, and reap the zombies that are this process's children; the
-    number of processes killed."""
+    number of processes killed. ``seen``: appended with ``"PID COMMAND"`` for each, read
+    before the kill (what a log names)."""
     root = os.getpid() if root is None else root
     pids = descendants(root)
+    if seen is not None:
+        seen.extend(f"{pid} {command_line(pid)}" for pid in pids)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -179,14 +199,16 @@ def run_bounded(
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 pass
-        killed = kill_descendants()
+        seen: list[str] = []
+        killed = kill_descendants(seen=seen)
         if proc.poll() is None:  # not below us any more? (cannot happen: it is our child)
             proc.kill()
             proc.wait()
         if rc is None:
             err.write(f"first light: stopped at its time limit of {timeout:.0f} s\n")
         elif killed:
-            err.write(f"first light: {killed} process(es) left behind, killed\n")
+            err.write(f"first light: {killed} process(es) left behind, killed: "
+                      f"{'; '.join(seen)}\n")  # fmt: skip
     return Outcome(rc, time.monotonic() - start, killed)
 
 

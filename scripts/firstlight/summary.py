@@ -2,7 +2,8 @@
 
 Per entry: status, wall time, rate with its 95% interval, TFLOPS, MFU against the
 datasheet peak (``config/peaks.yaml``, as the report gives it) and against the bf16
-matmul peak measured in the same call, the GPU's mean load over the run (a low one
+matmul peak measured in the same call (for the entries the datasheet counts against the
+bf16 peak: an fp32 one is not held against a bf16 matmul), the GPU's mean load over the run (a low one
 says the GPU waited: on its loader, or on the host), the peak GPU memory beside the
 start-up estimate (`benchkit.memory`) and upstream milabench's observation on a GPU of
 the same name at the same batch size (``tests/benchmarks/data/upstream_memory.yaml``, read when PyYAML
@@ -226,6 +227,19 @@ def measured_peak(rows: dict[str, dict]) -> float | None:
     return _float(rows.get(PEAK_ENTRY, {}).get("tflops"))
 
 
+def measured_mfu(row: dict, rows: dict[str, dict]) -> float | None:
+    """``row``'s TFLOPS as a fraction of the bf16 peak measured in this call, only when
+    the datasheet counts the entry against the same peak as bf16 (its ``peak_tflops``
+    equals the bf16 row's: bf16 and fp16 on NVIDIA). An fp32 or tf32 entry is not held
+    against a bf16 matmul: None, as when either figure is missing."""
+    peak, tflops = measured_peak(rows), _float(row.get("tflops"))
+    ours = _float(row.get("peak_tflops"))
+    bf16 = _float(rows.get(PEAK_ENTRY, {}).get("peak_tflops"))
+    if not peak or not tflops or ours is None or bf16 is None:
+        return None
+    return tflops / peak if abs(ours - bf16) <= 1e-6 * bf16 else None
+
+
 def render(
     state: dict,
     rows: dict[str, dict],
@@ -267,7 +281,7 @@ def render(
             f"| {entry['name']} | {entry['status']} | {entry.get('seconds', '-')} | "
             f"{num(_float(row.get('rate')))} | {interval} | {row.get('units') or '-'} | "
             f"{num(tflops)} | {num(mfu * 100 if mfu is not None else None)} | "
-            f"{num(100 * tflops / peak if tflops and peak else None)} | "
+            f"{num(100 * measured if (measured := measured_mfu(row, rows)) else None)} | "
             f"{num(100 * load if load is not None else None)} | {num(peak_mib)} | {num(_float(row.get('memory_estimate')))} | "
             f"{num(upstream.get(entry['name']))} | {gap} | {entry.get('note', '')} |"
         )

@@ -107,6 +107,27 @@ def test_install_failures_are_read_from_the_install_table():
     }
 
 
+def test_mfu_against_the_measured_peak_only_for_entries_counted_against_bf16(tmp_path):
+    """The H200's first light held fp32 graph entries against the bf16 matmul (pna: 3.9%
+    of the fp32 datasheet, "0.4%" of the measured bf16 peak): an entry whose datasheet
+    peak is not bf16's gets no measured-peak MFU; fp16 and bf16 entries do."""
+    state = {"entries": [{"name": n, "status": "done", "seconds": 20}
+                         for n in ("bf16", "resnet50", "pna")]}  # fmt: skip
+    rows = {
+        "bf16": {"tflops": "655.0", "mfu": "0.662", "peak_tflops": "989.4"},
+        "resnet50": {"tflops": "65.5", "mfu": "0.0662", "peak_tflops": "989.4"},
+        "pna": {"tflops": "2.63", "mfu": "0.0393", "peak_tflops": "66.9"},
+    }
+    lines = {x.split(" | ")[0][2:]: x.split(" | ")
+             for x in summary.render(state, rows, tmp_path).splitlines()
+             if x.startswith("| ") and x.split(" | ")[0][2:] in rows}  # fmt: skip
+    mfu_datasheet, mfu_measured = 7, 8  # the table's columns
+    assert lines["bf16"][mfu_measured] == "100"
+    assert lines["resnet50"][mfu_datasheet] == "6.62" and lines["resnet50"][mfu_measured] == "10"
+    assert lines["pna"][mfu_datasheet] == "3.93" and lines["pna"][mfu_measured] == "-"
+    assert summary.measured_mfu(rows["pna"], {"pna": rows["pna"]}) is None  # no bf16 row
+
+
 def test_the_summary_puts_peak_memory_beside_estimate_and_upstream(tmp_path):
     """The summary's memory columns: the report's peak and start-up estimate, and
     upstream's observation on a GPU of the machine's name (from the recorded data)."""
@@ -240,6 +261,32 @@ def test_a_bounded_command_is_stopped_and_nothing_it_started_survives(tmp_path):
     assert rc == "None" and int(killed) >= 1 and float(seconds) < 5
     assert "stopped at its time limit" in (tmp_path / "log.txt").read_text()
     assert_gone(pids)
+
+
+def test_a_process_left_behind_after_a_normal_exit_is_named_in_the_log(tmp_path):
+    """On the H200, two prepares left a process behind and the log said only "1
+    process(es) left behind, killed": the log names each one (pid and command line)."""
+    code = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', "
+        "'leftover-marker'], start_new_session=True)\n"
+    )
+    driver = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
+        "from pathlib import Path\n"
+        "from firstlight import procs\n"
+        "assert procs.become_subreaper()\n"
+        f"done = procs.run_bounded([sys.executable, '-c', {code!r}], timeout=30, grace=1, "
+        f"log=Path({str(tmp_path / 'log.txt')!r}))\n"
+        "print(done.rc, done.killed)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "1"]
+    line = (tmp_path / "log.txt").read_text().splitlines()[-1]
+    assert line.startswith("first light: 1 process(es) left behind, killed: ")
+    assert "import time; time.sleep(300) leftover-marker" in line
 
 
 def _zombie(pid: int) -> bool:
