@@ -23,7 +23,8 @@ Modules, by role:
   accelerator back-end answers, its devices and samples), `smi` (vendor command-line
   monitors' outputs parsed);
 * benchmark set-up: `torchsetup`, `jaxsetup` (options, device check), `memory` (will an
-  entry fit), `flops` (work per item, for TFLOPS and MFU), `golden` (are the numbers
+  entry fit), `devicemem` (torch's peak allocated and reserved device memory, once per
+  process), `flops` (work per item, for TFLOPS and MFU), `golden` (are the numbers
   right), `synthetic` (synthetic samples served by a DataLoader).
 """
 

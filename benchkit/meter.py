@@ -8,8 +8,8 @@ count bound, a distributed meeting, a full buffer). A check converts the complet
 (`benchkit.pending`, `benchkit.clock`), hands their durations to the window
 (`benchkit.window.Window`: warm-up steps, then measured ones), writes their rates and
 losses (`benchkit.records`), and ends the run when the window is over or a ``stop``
-count is reached: the summary and the ``stop`` event are written, ``done`` becomes true
-and ``on_finish`` runs.
+count is reached: the summary, then what ``before_stop`` writes (every rank), then the
+``stop`` event are written, ``done`` becomes true and ``on_finish`` runs.
 
 Distributed runs decide at agreed step counts only (`benchkit.agreement`): there, rank 0
 converts, decides and writes; the others only sum their sizes and follow the verdict.
@@ -72,6 +72,9 @@ class Meter:
         # user's count bounds the records, and one record per step is the contract.
         self.grouper = RateGrouper(MIN_RECORD_S if settings.max > 0 else 0.0)
         self.on_finish: Callable[[], Any] | None = None
+        # Runs on every rank when the window ends, before the ``stop`` event is written
+        # (the runner may end the process soon after it): must not raise.
+        self.before_stop: Callable[[], Any] | None = None
 
         self.done = False
         self.count = 0  # steps issued so far (warm-up included)
@@ -251,6 +254,9 @@ class Meter:
         self.done = True
         if self.records is not None:
             self._write_window()
+        if self.before_stop is not None:
+            self.before_stop()
+        if self.records is not None:
             self.records.stop(self.window, self.stop, self.skip)
             self.records.flush()
         if self.on_finish is not None:

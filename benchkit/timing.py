@@ -13,6 +13,7 @@ and ends the loop when the measurement window is over. It is the front of these 
 | `benchkit.agreement` | distributed ranks meeting at agreed step counts to decide together |
 | `benchkit.losses` | losses kept lazily and read without stalling the device |
 | `benchkit.records` | the records written (rates, losses, progress, warm-up, window, stop) |
+| `benchkit.devicemem` | torch's peak allocated and reserved memory of the device, once per process |
 
 Nothing is converted, synchronised or written inside a step; a few times a second
 (`benchkit.meter.CHECK_PERIOD`), between two steps, the completed steps are converted,
@@ -31,14 +32,16 @@ Typical use::
         if it.done:                                      # budget spent: leave the epochs
             break
 
-When the window ends the iterator flushes, writes the ``window`` record and the ``stop``
-event and simply stops yielding (``it.done`` becomes true; later epochs yield nothing).
+When the window ends the iterator flushes, writes the ``window`` record, torch's peak
+memory on an accelerator (`benchkit.devicemem`, every rank) and the ``stop`` event, and
+simply stops yielding (``it.done`` becomes true; later epochs yield nothing).
 Code that cannot test ``it.done`` (deep loops, third-party scripts) passes
 ``on_stop="raise"`` and wraps its main function with `benchkit.run_main` / ``with
 benchkit.budget():``, which turn the `StopProgram` into exit code 0 (under voir, the
 overseer does it by itself). In a distributed run every rank iterates; rank 0 reports
-the global throughput and only rank 0 writes (`benchkit.agreement`). A window that the
-loop left unfinished is summarised when `close` is called, or when the interpreter exits.
+the global throughput and only rank 0 writes the measurement (`benchkit.agreement`). A
+window that the loop left unfinished is summarised when `close` is called, or when the
+interpreter exits.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from typing import Any
 from benchkit.agreement import Agreement, process_group
 from benchkit.channel import DataWriter, default_writer
 from benchkit.clock import clock_for, device_kind
+from benchkit.devicemem import record_peak_memory
 from benchkit.meter import CHECK_PERIOD, Meter
 from benchkit.options import MeasureSettings, load_options
 from benchkit.records import Records
@@ -146,6 +150,7 @@ class TimedIterator:
         self._want_monitor = monitor
         self._monitor: Any = None
 
+        self._device = device
         clock = clock_for(device_kind(device))
         # Ranks decide together only when there is a process group to decide with.
         collective = dist is not None and self.world_size > 1
@@ -163,6 +168,7 @@ class TimedIterator:
             max_pending=max_pending,
         )
         self.meter.on_finish = self._finished
+        self.meter.before_stop = self._record_memory
         if self.writer is not None:
             _LIVE.add(self)
 
@@ -359,7 +365,14 @@ class TimedIterator:
         ``ended`` (``ended_in_warmup`` if it never left warm-up), so the report can tell.
         """
         self.meter.close()
+        self._record_memory()
         self._stop_monitor()
+
+    def _record_memory(self) -> None:
+        """torch's peak memory on this process's device (`benchkit.devicemem`), once per
+        process and on every rank: rank 0 on its writer, the others on the process-wide
+        one. Nothing on the CPU; never raises."""
+        record_peak_memory(self._device, writer=self.writer, task=self.task, rank=self.rank)
 
     def _at_exit(self) -> None:
         """The interpreter exits without `close` (a script that just ended): summarise."""

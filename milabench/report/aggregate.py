@@ -345,6 +345,12 @@ class BenchResult:
     score: float = 0.0
     peak_memory: float | None = None
     memory_estimate: float | None = None  # MiB per GPU, estimated at start (the largest)
+    # torch's own peaks on the processes' devices (`benchkit.devicemem`), MiB, and the
+    # allocator's retries and caught out-of-memory errors: the largest over the processes
+    torch_peak_allocated: float | None = None
+    torch_peak_reserved: float | None = None
+    torch_alloc_retries: int | None = None
+    torch_ooms: int | None = None
     mean_load: float | None = None
     energy: float | None = None  # joules
     energy_source: str | None = None  # "counter" (the devices' energy counters) or "power"
@@ -482,6 +488,7 @@ def _accelerator_stats(br: BenchResult, files: list[FileResult], per_gpu: bool) 
     br.peak_memory = max(memory) if memory else None
     estimates = [fr.memory_estimate for fr in files if fr.memory_estimate is not None]
     br.memory_estimate = max(estimates) / 2**20 if estimates else None
+    _torch_memory(br, files)
     br.mean_load = stats.mean(loads) if loads else None
     if has_power:
         br.energy = energy
@@ -490,6 +497,22 @@ def _accelerator_stats(br: BenchResult, files: list[FileResult], per_gpu: bool) 
         br.mean_power = math.fsum(stats.mean(v) for v in power_by_group.values())
         if br.mean_power > 0 and not math.isnan(br.raw_rate):
             br.perf_per_watt = br.raw_rate / br.mean_power
+
+
+def _torch_memory(br: BenchResult, files: list[FileResult]) -> None:
+    """torch's peaks (`benchkit.devicemem`, MiB) and counters of the successful files,
+    the largest over their processes, as `peak_memory` is the largest over their devices;
+    None where no process recorded the figure."""
+    records = [m for fr in files for m in fr.torch_memory]
+
+    def largest(key: str) -> Any:
+        values = [m[key] for m in records if m.get(key) is not None]
+        return max(values) if values else None
+
+    br.torch_peak_allocated = largest("max_allocated")
+    br.torch_peak_reserved = largest("max_reserved")
+    br.torch_alloc_retries = largest("alloc_retries")
+    br.torch_ooms = largest("ooms")
 
 
 def apply_efficiency(br: BenchResult, peaks: PeakTable | None) -> None:

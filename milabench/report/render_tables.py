@@ -78,6 +78,10 @@ def breakdown_rows(report: Report) -> list[dict[str, Any]]:
             "peak_rss": _num(br.peak_rss),
             "peak_memory": _num(br.peak_memory),
             "memory_estimate": _num(br.memory_estimate),
+            "torch_peak_allocated": _num(br.torch_peak_allocated),
+            "torch_peak_reserved": _num(br.torch_peak_reserved),
+            "torch_alloc_retries": br.torch_alloc_retries,
+            "torch_ooms": br.torch_ooms,
             "mean_load": br.mean_load,
             "energy": br.energy,
             "energy_source": br.energy_source,
@@ -469,8 +473,18 @@ CSV_OVERHEAD_FIELDS = ["overhead", "overhead_per_step_s"]
 CSV_HARDWARE_FIELDS = ["hardware_flops_per_item", "hardware_tflops", "hfu"]
 # Appended only when some row recorded its start-up memory estimate (MiB, as peak_memory).
 CSV_ESTIMATE_FIELDS = ["memory_estimate"]
+# Appended only when some process recorded torch's own peaks (`benchkit.devicemem`; MiB,
+# as peak_memory), with the allocator's retries and caught out-of-memory errors.
+CSV_TORCH_MEMORY_FIELDS = [
+    "torch_peak_allocated", "torch_peak_reserved", "torch_alloc_retries", "torch_ooms",
+]  # fmt: skip
 # Appended only when some row recorded interference samples.
 CSV_INTERFERENCE_FIELDS = ["interference", "target_unreachable"]
+
+
+def has_torch_memory(row: dict[str, Any]) -> bool:
+    """The row carries torch's own peak memory (some process recorded it)."""
+    return row.get("torch_peak_allocated") is not None or row.get("torch_peak_reserved") is not None
 
 
 def _csv_value(value: Any) -> Any:
@@ -491,6 +505,7 @@ def render_csv(report: Report) -> str:
     fields += CSV_HARDWARE_FIELDS if has_hardware_flops(rows) else []
     fields += CSV_INTERFERENCE_FIELDS if has_interference(rows) else []
     fields += CSV_ESTIMATE_FIELDS if any(r.get("memory_estimate") is not None for r in rows) else []
+    fields += CSV_TORCH_MEMORY_FIELDS if any(has_torch_memory(r) for r in rows) else []
     writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:

@@ -58,6 +58,9 @@ class FileResult:
     messages: list[str] = field(default_factory=list)
     # the start-up memory estimate per GPU, bytes (`benchkit.memory.record_estimate`)
     memory_estimate: float | None = None
+    # torch's peak memory of each process's device, MiB (`benchkit.devicemem`), in order:
+    # {"max_allocated", "max_reserved", "alloc_retries", "ooms", "device", "rank"}
+    torch_memory: list[dict] = field(default_factory=list)
     # which of upstream's inputs the benchmark used (`benchshared.inputs.announce`)
     inputs: dict | None = None
     # `message` events marked ``warning`` (a monitor that stopped, ...): shown, never fatal
@@ -209,6 +212,8 @@ def _fold(fr: FileResult, item: rec.Item) -> None:
         case rec.Flops():
             if fr.flops is None:  # the first declaration of the file
                 fr.flops = item.as_dict()
+        case rec.TorchMemory():
+            fr.torch_memory.append(item.as_dict())
         case rec.ProcessTree():
             peak = item.peak
             if peak is not None:

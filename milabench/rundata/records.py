@@ -48,6 +48,7 @@ RECORD_KEYS = (
     "inputs",
     "golden",
     "flops_per_item",
+    "torch_memory",
 )
 
 
@@ -149,6 +150,30 @@ class ProcessMemory:
     time: float | None
 
 
+@dataclass(slots=True)
+class TorchMemory:
+    """torch's peak memory on one process's device (`benchkit.devicemem`), MiB; the
+    counters are None where the record lacks them."""
+
+    max_allocated: float | None
+    max_reserved: float | None
+    alloc_retries: int | None
+    ooms: int | None
+    device: Any
+    rank: Any
+    time: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_allocated": self.max_allocated,
+            "max_reserved": self.max_reserved,
+            "alloc_retries": self.alloc_retries,
+            "ooms": self.ooms,
+            "device": self.device,
+            "rank": self.rank,
+        }
+
+
 # -- events --------------------------------------------------------------------------------
 @dataclass(slots=True)
 class Config:
@@ -223,7 +248,7 @@ class End:
         return self.return_code == RC_SKIPPED
 
 
-Record = Rate | Loss | Progress | Sample | Flops | ProcessTree | ProcessMemory
+Record = Rate | Loss | Progress | Sample | Flops | ProcessTree | ProcessMemory | TorchMemory
 Item = Record | Config | Meta | Start | Line | Stop | Error | Message | Phase | FormatError | End
 
 _RATE_KEYS = frozenset(("task", "rate", "units", "time"))
@@ -350,6 +375,11 @@ def _record(rec: dict) -> Iterator[Record]:
                 rec.get("flops_source"),
                 hardware if _finite(hardware) and hardware > 0 else None,
             )
+    memory = rec.get("torch_memory")
+    if isinstance(memory, dict):
+        found = _torch_memory(memory, t)
+        if found is not None:
+            yield found
     tree = rec.get("process_tree")
     if isinstance(tree, dict):
         yield ProcessTree(as_float(tree.get("rss")), as_float(tree.get("peak_rss")), t)
@@ -360,6 +390,28 @@ def _record(rec: dict) -> Iterator[Record]:
             value = as_float(mem[0])
             if _finite(value):
                 yield ProcessMemory(value, t)
+
+
+def _torch_memory(data: dict, t: float | None) -> TorchMemory | None:
+    """A ``torch_memory`` record's figures, checked: finite non-negative MiB, whole
+    non-negative counts; None when neither peak is a number."""
+
+    def mib(key: str) -> float | None:
+        value = as_float(data.get(key))
+        return value if _finite(value) and value >= 0 else None
+
+    def count(key: str) -> int | None:
+        value = data.get(key)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return value if ok else None
+
+    allocated, reserved = mib("max_allocated"), mib("max_reserved")
+    if allocated is None and reserved is None:
+        return None
+    return TorchMemory(
+        allocated, reserved, count("alloc_retries"), count("ooms"),
+        data.get("device"), data.get("rank"), t,
+    )  # fmt: skip
 
 
 __all__ = [
@@ -385,4 +437,5 @@ __all__ = [
     "Sample",
     "Start",
     "Stop",
+    "TorchMemory",
 ]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from benchkit.devicemem import memory_record
 from milabench.report import build_report, render
 from milabench.report.tracebacks import extract_pip_errors, extract_traceback
 
@@ -187,6 +188,56 @@ def test_the_start_up_estimate_stands_beside_the_peak_measured(tmp_path: Path):
     write_file(tmp_path / "runs" / "none", "b.D0", entry("b"), rates=[10, 11, 12])
     bare = list(csv.reader(io.StringIO(render(build_report([tmp_path / "runs" / "none"]), "csv"))))
     assert "memory_estimate" not in bare[0]
+
+
+def torch_peaks(allocated: float, reserved: float, rank: int = 0, **counts: int) -> dict:
+    """A run-file line of the record a GPU process writes (`benchkit.devicemem`), MiB."""
+    figures = {"device": 0, "max_allocated": allocated, "max_reserved": reserved, **counts}
+    return {"event": "data", "pipe": "data", "data": memory_record(figures, rank=rank)}
+
+
+def test_torch_peaks_stand_beside_the_peak_measured_and_the_estimate(tmp_path: Path):
+    """Each process's ``torch_memory`` record (MiB) becomes the row's
+    ``torch_peak_allocated``/``torch_peak_reserved``, the largest over the successful
+    processes (a failed one is left out, as from ``peak_memory``), with the allocator's
+    retries and OOMs; the CSV columns are appended only when some row has them."""
+    d = tmp_path / "runs" / "torch"
+    pna = entry("pna", weight=2.0)
+    write_file(d, "pna.D0", pna, rates=[10, 11, 12], gpudata=[gpu(40166, 0.9, 300)],
+               extra=[torch_peaks(28100.0, 39000.0, alloc_retries=0, ooms=0)])  # fmt: skip
+    write_file(d, "pna.D1", pna, rates=[10, 11, 12], gpudata=[gpu(39000, 0.9, 300)],
+               extra=[torch_peaks(29230.5, 38000.0, alloc_retries=3, ooms=0)])  # fmt: skip
+    write_file(d, "pna.D2", pna, rates=[10], rc=1, stderr=TRACE,
+               extra=[torch_peaks(60000.0, 70000.0, alloc_retries=9, ooms=1)])  # fmt: skip
+    # one launch (torchrun) whose two ranks wrote into the same file
+    ddp = entry("ddp", plan={"method": "njobs", "n": 1})
+    write_file(d, "ddp.0", ddp, rates=[5, 6, 7],
+               extra=[torch_peaks(100.0, 120.0, rank=0), torch_peaks(90.0, 150.0, rank=1)])  # fmt: skip
+    write_file(d, "bert.D0", entry("bert"), rates=[10, 11, 12], gpudata=[gpu(16050, 0.9, 300)])
+    rep = build_report([d])
+    pna_row = rep.bench("pna")
+    assert (pna_row.torch_peak_allocated, pna_row.torch_peak_reserved) == (29230.5, 39000.0)
+    assert (pna_row.torch_alloc_retries, pna_row.torch_ooms) == (3, 0)
+    assert pna_row.peak_memory == 40166
+    ddp_row = rep.bench("ddp")
+    assert (ddp_row.torch_peak_allocated, ddp_row.torch_peak_reserved) == (100, 150)
+    assert ddp_row.torch_alloc_retries is None  # not recorded: not invented
+    rows = {r["name"]: r for r in json.loads(render(rep, "json"))["benchmarks"]}
+    assert rows["pna"]["torch_peak_allocated"] == 29230.5 and rows["pna"]["torch_ooms"] == 0
+    assert rows["pna"]["torch_peak_reserved"] == 39000.0 and rows["pna"]["torch_alloc_retries"] == 3
+    assert {rows["bert"][k] for k in TORCH_FIELDS} == {None}
+    header, *lines = list(csv.reader(io.StringIO(render(rep, "csv"))))
+    assert header[-4:] == TORCH_FIELDS
+    by_name = {line[0]: dict(zip(header, line, strict=True)) for line in lines}
+    assert [by_name["pna"][k] for k in TORCH_FIELDS] == ["29230.5", "39000.0", "3", "0"]
+    assert [by_name["bert"][k] for k in TORCH_FIELDS] == ["", "", "", ""]
+    write_file(tmp_path / "runs" / "cpu", "b.D0", entry("b"), rates=[10, 11, 12])
+    bare = build_report([tmp_path / "runs" / "cpu"])
+    assert not set(TORCH_FIELDS) & set(next(csv.reader(io.StringIO(render(bare, "csv")))))
+    assert json.loads(render(bare, "json"))["benchmarks"][0]["torch_peak_reserved"] is None
+
+
+TORCH_FIELDS = ["torch_peak_allocated", "torch_peak_reserved", "torch_alloc_retries", "torch_ooms"]
 
 
 def test_a_run_where_every_benchmark_failed_has_no_score_in_any_format(tmp_path: Path):

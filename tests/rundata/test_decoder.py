@@ -20,6 +20,7 @@ import pytest
 
 from benchkit import golden
 from benchkit.channel import DataWriter
+from benchkit.devicemem import memory_record
 from benchkit.flops import declare_flops
 from benchkit.records import Records
 from benchshared.inputs import inputs_record
@@ -27,7 +28,7 @@ from milabench.execute.memory import TreeSampler
 from milabench.execute.runner import _Channel, _Emitter
 from milabench.rundata.outcome import SUCCESS, failure_detail, file_status
 from milabench.rundata.reader import read_run_dir
-from milabench.rundata.records import Decoder, Progress, Rate
+from milabench.rundata.records import Decoder, Progress, Rate, TorchMemory
 from milabench.sinks.dashboard import PlainDashboard
 from milabench.sinks.runfiles import RunFileSink
 
@@ -66,6 +67,11 @@ def rates(bench: Benchmark, values: list[float]) -> None:
     bench.records.rates(values, [now + i * 0.01 for i in range(len(values))])
 
 
+# torch's figures on a GPU (`benchkit.devicemem.peak_memory`), MiB
+TORCH_PEAKS = {"device": 0, "max_allocated": 1500.5, "max_reserved": 2048.0, "alloc_retries": 1,
+               "ooms": 0}  # fmt: skip
+
+
 def healthy(bench: Benchmark) -> None:
     w = bench.writer
     declare_flops(1.5e9, precision="bf16", source="counted", writer=w)
@@ -78,6 +84,7 @@ def healthy(bench: Benchmark) -> None:
     bench.records.losses([2.5, 2.25], [time.perf_counter()] * 2)
     bench.records.progress([30.0, 30.0])
     w.write({"task": "train", "window": {"mean": 807.0, "met": True}, "time": 2.0})
+    w.write(memory_record(TORCH_PEAKS, task="train", rank=0))  # what a GPU process writes
     w.write({"task": "train", "mystery": {"a": 1}})  # a record kind nobody knows
     w.event("mystery", {"b": 2})  # an event nobody knows
     w.event("stop", {"reason": "window"})
@@ -157,6 +164,8 @@ def test_the_rule_each_case_exercises(both_views):
     assert ok.flops == {"flops_per_item": 1.5e9, "precision": "bf16", "flops_source": "counted"}
     assert ok.inputs["missing"] == ["weights"] and ok.golden[0]["passed"] is True
     assert [d for _, d in ok.gpudata] == [{"0": {"load": 0.5}}]
+    assert ok.torch_memory == [{**TORCH_PEAKS, "rank": 0}]
+    assert all(not fr.torch_memory for tag, fr in read.items() if tag != "ok.D0")
     assert shown["ok.D0"].gpu["load"] == 0.5
     assert shown["nan.D0"].detail == "NaN loss"
     # progress 2.3 of 2.5 s: the budget is not spent, so the -15 is a kill, not a stop
@@ -189,3 +198,16 @@ def test_decoder_values():
     assert not Progress("train", 3.0, 3.0, None).stops
     assert decoder.event({"event": "line", "data": 5, "pipe": "stdout"}) == ()
     assert not decoder.unknown
+
+
+def test_torch_memory_values_are_checked():
+    """A ``torch_memory`` record gives its figures when a peak is a number; a counter
+    that is not a whole count, or a peak that is negative or NaN, is left out."""
+    decoder = Decoder()
+    (found,) = decoder.record({"task": "train", "time": 5.0, "torch_memory": {
+        "device": 1, "rank": 1, "max_allocated": 10, "max_reserved": "NaN",
+        "alloc_retries": 2.5, "ooms": 3}})  # fmt: skip
+    assert found == TorchMemory(10.0, None, None, 3, 1, 1, 5.0)
+    assert decoder.record({"task": "train", "torch_memory": {"max_allocated": -1}}) == ()
+    assert decoder.record({"task": "train", "torch_memory": "big"}) == ()
+    assert not decoder.unknown  # a known kind, even when its values do not parse
