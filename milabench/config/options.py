@@ -86,6 +86,7 @@ NUMERIC_OPTIONS: dict[str, tuple[str, float, float | None]] = {
     "cpu.max": ("int", 1, None),
     "cpu.total_count": ("int", 1, None),
     "cpu.reserved_cores": ("int", 0, None),
+    "install.check_jobs": ("int", 1, None),  # 1: the import checks one after another
 }
 _EXCLUSIVE_ZERO = {"ssh.connect_timeout"}
 

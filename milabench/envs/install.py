@@ -9,8 +9,8 @@ that explains it, also kept in ``<base>/venv/<group>.install-failed.json`` for `
 `preflight`; the other groups are still installed and the caller exits non-zero. When
 uv fails for a network cause (`milabench.envs.netcause`) the install is tried once with
 pip. With ``--use-current-env`` the active interpreter is only checked, unless
-``into_current_env`` asks to install into it. Every step and rule: docs/environments.md
-"milabench install".
+``into_current_env`` asks to install into it; those checks only read, so they run side by
+side (`check_current_envs`). Every step and rule: docs/environments.md "milabench install".
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from milabench.envs import failure_path
@@ -39,13 +39,16 @@ from milabench.envs.marker import (
     remove_marker,
     write_marker,
 )
-from milabench.envs.steps import StepResult, run_step
+from milabench.envs.steps import StepResult, run_step, run_steps
 from milabench.errors import EnvironmentMissing
 
 INSTALLED = "installed"
 UP_TO_DATE = "up to date"
 FAILED = "failed"
 CHECKED = "checked"
+
+# At most this many import checks at once, whatever the number of CPUs.
+CHECK_JOBS_CAP = 8
 
 
 @dataclass
@@ -314,16 +317,47 @@ def check_current_env(
             return _fail(group, start, "install", result)
         status = INSTALLED
     result = run_step(validate_spec(group, logs.path), logs.sinks(), echo=echo)
+    return _checked(group, status, result, time.perf_counter() - start)
+
+
+def _checked(group: InstallGroup, status: str, result: StepResult, seconds: float) -> GroupResult:
+    """The result of a group whose validation in this interpreter ended as ``result``."""
     if not result.ok:
-        return _fail(group, start, "validate", result)
+        return replace(_fail(group, 0.0, "validate", result), seconds=seconds)
     return GroupResult(
-        group.name,
-        group.benchmarks,
-        status,
-        time.perf_counter() - start,
-        venv=sys.prefix,
-        notes=group.notes,
+        group.name, group.benchmarks, status, seconds, venv=sys.prefix, notes=group.notes
     )
+
+
+def check_jobs(system: dict, count: int) -> int:
+    """How many of ``count`` import checks run at once: option ``install.check_jobs``
+    (``MILABENCH_INSTALL_CHECK_JOBS``; 1: one after another), else as many as there are
+    groups, CPUs and at most `CHECK_JOBS_CAP`. Never more than ``count``, never 0."""
+    from milabench.config.options import checked_number
+
+    chosen = checked_number(system, "install.check_jobs", None)
+    if chosen is None:
+        chosen = min(os.cpu_count() or 1, CHECK_JOBS_CAP)
+    return max(1, min(int(chosen), count))
+
+
+def check_current_envs(
+    groups: list[InstallGroup], logs: LogFolder, *, jobs: int, echo: bool = False
+) -> list[GroupResult]:
+    """``--use-current-env`` without installing: check every group's imports, ``jobs``
+    at a time; results in the order of ``groups``.
+
+    The checks only read the interpreter, so they can overlap (importing torch from a
+    cold page cache takes seconds of waiting on the disk). Each group keeps its own run
+    files (``<group>.data``, ``.stdout``, ``.stderr`` in the one log folder) and its own
+    error line; echoed lines carry their group's name.
+    """
+    specs = [validate_spec(group, logs.path) for group in groups]
+    steps = run_steps(specs, logs.sinks(), limit=jobs, echo=echo)
+    return [
+        _checked(group, CHECKED, step, step.seconds)
+        for group, step in zip(groups, steps, strict=True)
+    ]
 
 
 def install_all(
@@ -338,7 +372,9 @@ def install_all(
     say=print,
 ) -> tuple[list[GroupResult], Path | None]:
     """Install every group (failures do not stop the others); returns results and logs.
-    ``backend``: a back-end name, or a ready `Backend` (the offline install's)."""
+    ``backend``: a back-end name, or a ready `Backend` (the offline install's). Groups
+    that are only checked (`check_current_envs`) are checked side by side; installs run
+    one after another: they write to environments."""
     from milabench.envs.backends import backend_name
 
     if isinstance(backend, Backend):
@@ -348,17 +384,22 @@ def install_all(
     logs = LogFolder(runs, "install")
     trash = Trash()
     results: list[GroupResult] = []
+    only_checks = not into_current_env and all(group.use_current_env for group in groups)
+    jobs = check_jobs(system, len(groups)) if only_checks else 1
     try:
-        for group in groups:
-            if group.use_current_env:
-                res = check_current_env(
-                    group, chosen, logs, into_current_env=into_current_env, echo=echo, say=say
-                )
-            else:
-                res = install_group(
-                    group, chosen, logs, force=force, echo=echo, say=say, trash=trash
-                )
-            results.append(res)
+        if jobs > 1:
+            results = check_current_envs(groups, logs, jobs=jobs, echo=echo)
+        else:
+            for group in groups:
+                if group.use_current_env:
+                    res = check_current_env(
+                        group, chosen, logs, into_current_env=into_current_env, echo=echo, say=say
+                    )
+                else:
+                    res = install_group(
+                        group, chosen, logs, force=force, echo=echo, say=say, trash=trash
+                    )
+                results.append(res)
     finally:
         logs.close()
         trash.wait()

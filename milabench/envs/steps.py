@@ -102,6 +102,33 @@ def run_step(spec: ProcessSpec, sinks: list, *, echo: bool = False) -> StepResul
     outcomes = run_specs_sync([spec], [*sinks, collector])
     seconds = time.perf_counter() - start
     code = outcomes[0].return_code if outcomes else None
+    return _step_result(spec, code, seconds, collector)
+
+
+def run_steps(
+    specs: list[ProcessSpec], sinks: list, *, limit: int, echo: bool = False
+) -> list[StepResult]:
+    """Run independent specs side by side, at most ``limit`` at a time; results in the
+    order of ``specs``.
+
+    Every spec feeds the shared ``sinks`` (the run files: one event loop, one tag per
+    spec, so one `RunFileSink` is safe) and a collector of its own, so that each result
+    holds only its own lines and error. ``seconds``: each process's own time.
+    """
+    from milabench.execute.runner import run_each_sync
+
+    collectors = [LineCollector(echo=echo) for _ in specs]
+    outcomes = run_each_sync(specs, [[*sinks, c] for c in collectors], limit=limit)
+    return [
+        _step_result(spec, outcome.return_code, outcome.duration, collector)
+        for spec, outcome, collector in zip(specs, outcomes, collectors, strict=True)
+    ]
+
+
+def _step_result(
+    spec: ProcessSpec, code: object, seconds: float, collector: LineCollector
+) -> StepResult:
+    """How ``spec`` ended (return code ``code``), explained from its collected lines."""
     ok = code == 0
     lines = collector.text()
     error = ""

@@ -10,7 +10,8 @@ sinks receive, in order: ``config`` (the redacted entry), ``meta``, ``start``, t
 benchmark (`milabench.execute.interference`). Whatever happens (exit, crash, timeout,
 early stop, Ctrl-C, an exception here) every process the benchmark started is gone when
 `run_specs` returns (`milabench.execute.cleanup`). The return codes of ``end``:
-docs/run-data.md.
+docs/run-data.md. `run_each` runs independent specs (install checks) side by side, each
+as its own `run_specs`, a bounded number at a time.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from benchkit.channel import SmuggleDecoder
 from milabench.errors import MilabenchError, NodeError
@@ -37,6 +38,8 @@ from milabench.execute.launcher import (
     ProcessHandle,
 )
 from milabench.plan.spec import ProcessSpec
+
+T = TypeVar("T")
 
 # Events the orchestrator writes itself; a benchmark may not forge them.
 RESERVED_EVENTS = frozenset({"config", "meta", "start", "end", "line", "format_error"})
@@ -680,10 +683,47 @@ async def run_specs(
             watching.cancel()
 
 
-def run_specs_sync(specs: list[ProcessSpec], sinks: list, **kwargs: Any) -> list[Outcome]:
-    """`run_specs` for callers without an event loop (tests, `envs`, prepare).
+async def run_each(
+    specs: list[ProcessSpec], sinks: list[list], *, limit: int, **kwargs: Any
+) -> list[Outcome]:
+    """Run independent ``specs`` (not one benchmark: each is its own `run_specs`, fed
+    its own list of ``sinks``, same index), at most ``limit`` at a time; outcomes in the
+    order of ``specs``. ``kwargs``: those of `run_specs`. A failure or cancellation
+    stops every run still going (each still records its ``end``) and is raised."""
+    gate = asyncio.Semaphore(max(1, limit))
 
-    Ctrl-C cancels the run (asyncio's own handling: KeyboardInterrupt once every process
+    async def one(spec: ProcessSpec, own: list) -> Outcome:
+        async with gate:
+            (outcome,) = await run_specs([spec], own, **kwargs)
+            return outcome
+
+    tasks = [asyncio.ensure_future(one(s, o)) for s, o in zip(specs, sinks, strict=True)]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def run_specs_sync(specs: list[ProcessSpec], sinks: list, **kwargs: Any) -> list[Outcome]:
+    """`run_specs` for callers without an event loop (tests, `envs`, prepare); Ctrl-C
+    and SIGTERM as `run_sync` says."""
+    return run_sync(lambda: run_specs(specs, sinks, **kwargs))
+
+
+def run_each_sync(
+    specs: list[ProcessSpec], sinks: list[list], *, limit: int, **kwargs: Any
+) -> list[Outcome]:
+    """`run_each` for callers without an event loop (`envs`' concurrent checks)."""
+    return run_sync(lambda: run_each(specs, sinks, limit=limit, **kwargs))
+
+
+def run_sync(main: Callable[[], Awaitable[T]]) -> T:
+    """Run the coroutine ``main()`` makes in a fresh event loop and return its result.
+
+    Ctrl-C cancels it (asyncio's own handling: KeyboardInterrupt once every process
     is stopped). SIGTERM gets the same treatment, ending in ``SystemExit(143)``: its
     default action would kill only us, and leave the command's processes (each in a
     session of its own) running. A second SIGTERM kills them and exits at once.
@@ -697,12 +737,12 @@ def run_specs_sync(specs: list[ProcessSpec], sinks: list, **kwargs: Any) -> list
     with asyncio.Runner() as runner:
         loop = runner.get_loop()
 
-        async def main() -> list[Outcome]:
+        async def wrapped() -> T:
             nonlocal task
             task = asyncio.current_task()
             if terminated and task is not None:  # SIGTERM came while the loop started
                 task.cancel()
-            return await run_specs(specs, sinks, **kwargs)
+            return await main()
 
         def on_sigterm(signum: int, frame: Any) -> None:
             nonlocal terminated
@@ -719,7 +759,7 @@ def run_specs_sync(specs: list[ProcessSpec], sinks: list, **kwargs: Any) -> list
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGTERM, on_sigterm)
         try:
-            return runner.run(main())
+            return runner.run(wrapped())
         except asyncio.CancelledError:
             if terminated:
                 raise SystemExit(128 + signal.SIGTERM) from None

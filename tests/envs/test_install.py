@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -250,24 +251,29 @@ def test_disagreeing_pins_suggest_pin(mb):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_into_current_env_installs_into_the_active_interpreter(mb, tmp_path):
-    """Run milabench from a venv that sees other packages; install goes into it.
+def active_python(folder: Path, env: dict[str, str], extra: tuple[Path, ...] = ()) -> str:
+    """A venv at ``folder`` that sees the test environment's packages (and the folders
+    ``extra``); its interpreter, to run milabench from as the active environment.
 
-    The venv sees the packages of the test environment (milabench's dependencies, known
-    contents) through a ``.pth`` file, not the machine's global Python through
+    It sees them through a ``.pth`` file, not the machine's global Python through
     ``--system-site-packages``: what a global Python holds differs between machines."""
-    active = tmp_path / "active"
     subprocess.run(
-        [sys.executable, "-m", "uv", "venv", "-q", "--python", sys.executable, str(active)],
+        [sys.executable, "-m", "uv", "venv", "-q", "--python", sys.executable, str(folder)],
         check=True,
-        env=mb.env,
+        env=env,
     )
     seen = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
-    (site,) = (active / "lib").glob("python3.*/site-packages")
+    (site,) = (folder / "lib").glob("python3.*/site-packages")
     # as --system-site-packages does: addsitedir also runs the folders' own .pth files
     lines = [f"import site; site.addsitedir({p!r})\n" for p in sorted(seen)]
+    lines += [f"{path}\n" for path in extra]
     (site / "test-environment.pth").write_text("".join(lines))
-    python = str(active / "bin" / "python")
+    return str(folder / "bin" / "python")
+
+
+def test_into_current_env_installs_into_the_active_interpreter(mb, tmp_path):
+    """Run milabench from a venv that sees other packages; install goes into it."""
+    python = active_python(tmp_path / "active", mb.env)
     argv = [
         python,
         "-m",
@@ -294,3 +300,74 @@ def test_into_current_env_installs_into_the_active_interpreter(mb, tmp_path):
     ).stdout
     assert out == "2.0\n"
     assert not (mb.base / "venv").exists()
+
+
+# Group -> what importing the module its benchmark requires does. `broken` fails first
+# and `slow2` ends before `slow1`: the completion order is not the suite order.
+SLEEP = 2.0
+SLOW_IMPORTS = {
+    "slow1": f"import time\ntime.sleep({SLEEP})\n",
+    "broken": f"import time\ntime.sleep({SLEEP * 0.6})\nraise ImportError('mbbroken needs a GPU')\n",
+    "slow2": f"import time\ntime.sleep({SLEEP * 0.8})\n",
+}
+
+
+def step_times(logs: Path, group: str) -> tuple[float, float]:
+    """(start, end) of a group's one step, from its ``.data`` run file."""
+    events = [json.loads(ln) for ln in (logs / f"{group}.data").read_text().splitlines()]
+    (start,) = [e["data"]["time"] for e in events if e["event"] == "start"]
+    (end,) = [e["data"]["time"] for e in events if e["event"] == "end"]
+    return start, end
+
+
+def test_use_current_env_checks_groups_side_by_side(offline_env, tmp_path):
+    """The import checks of ``--use-current-env`` overlap (real interpreter, real
+    processes): the same three checks take at least one import's time less than one
+    after another (``install.check_jobs=1``), their run files show them running
+    together, the summary keeps the suite's order and the failing group its cause."""
+    modules, suite = tmp_path / "modules", tmp_path / "slow-suite"
+    modules.mkdir()
+    for group, code in SLOW_IMPORTS.items():
+        (modules / f"mb{group}.py").write_text(code)
+        (suite / group).mkdir(parents=True)
+        (suite / group / "requirements.in").write_text(f"mb{group}\n")
+        (suite / group / "main.py").write_text("")
+    (suite / "suite.yaml").write_text("".join(f"{g}:\n  definition: {g}\n" for g in SLOW_IMPORTS))
+    python = active_python(tmp_path / "active", offline_env, (modules,))
+
+    def check(jobs: str, base: Path) -> tuple[float, subprocess.CompletedProcess]:
+        argv = [python, "-m", "milabench", "install", "--config", str(suite / "suite.yaml"),
+                "--base", str(base), "--use-current-env"]  # fmt: skip
+        env = {**offline_env, "MILABENCH_INSTALL_CHECK_JOBS": jobs}
+        start = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        return time.perf_counter() - start, proc
+
+    one_by_one, before = check("1", tmp_path / "sequential")
+    side_by_side, proc = check("3", tmp_path / "concurrent")
+    assert side_by_side + SLEEP < one_by_one, (side_by_side, one_by_one)
+    for done in (before, proc):
+        assert done.returncode == 1, done.stdout + done.stderr
+        rows = [ln.split()[0] for ln in done.stdout.splitlines()[1:4]]
+        assert rows == list(SLOW_IMPORTS), done.stdout
+        assert "checked" in summary_row(done.stdout, "slow1")
+        assert "checked" in summary_row(done.stdout, "slow2")
+        row = summary_row(done.stdout, "broken")
+        assert (
+            "failed" in row and "import mbbroken failed: ImportError: mbbroken needs a GPU" in row
+        )
+        assert "install failed for group(s): broken " in done.stderr
+
+    # one log folder, each group's own files; the concurrent steps overlap, the others not
+    for base, together in ((tmp_path / "sequential", False), (tmp_path / "concurrent", True)):
+        (logs,) = install_logs(base)
+        assert sorted(p.name for p in logs.iterdir() if p.suffix == ".data") == sorted(
+            f"{g}.data" for g in SLOW_IMPORTS
+        )
+        assert "mbbroken needs a GPU" in (logs / "broken.stderr").read_text()
+        for group in ("slow1", "slow2"):  # each file holds its own group's check only
+            out = (logs / f"{group}.stdout").read_text()
+            assert f'"mb{group}": ""' in out and "mbbroken" not in out
+        times = [step_times(logs, g) for g in SLOW_IMPORTS]
+        overlap = max(s for s, _ in times) < min(e for _, e in times)
+        assert overlap is together, times
