@@ -266,6 +266,21 @@ def exclusions(entries: list[dict]) -> list[str]:
     return ["--exclude", ",".join(dict.fromkeys(out))] if out else []
 
 
+def announce(call: Call, gpus: list[str]) -> None:
+    """One line: the pending entries' expected seconds on this GPU (`selection`'s
+    measured figures, where they hold) against the time left, so that a call that
+    cannot take them all says so before it starts."""
+    pending = [e["name"] for e in call.state["entries"] if e["status"] == "pending"]
+    known = [selection.expected_seconds(n, call.args.config.name, gpus) for n in pending]
+    if not pending or any(x is None for x in known):
+        return
+    left = call.deadline.left() - FINAL_RESERVE
+    print(f"first light: {len(pending)} entries to run, about {sum(known):.0f} s expected on "
+          f"this GPU ({selection.MARGIN:g} x an H200's times), {left:.0f} s left"
+          + ("" if sum(known) <= left else "; those that do not fit wait for the next call"),
+          flush=True)  # fmt: skip
+
+
 def run_dir(call: Call) -> Path:
     return call.args.base / "runs" / RUN_NAME
 
@@ -442,13 +457,21 @@ def main(argv: list[str] | None = None) -> int:
                 entry["status"] = "pending"
         if args.retry_failed:
             check_imports(call)
+        gpus = summary.gpu_names(args.out / "machine.json")
+        announce(call, gpus)
         for entry in entries:
             if entry["status"] != "pending":
                 continue
-            if call.bounded_timeout(args.entry_cap, keep=FINAL_RESERVE) < min(
-                args.min_start, args.entry_cap
-            ):
-                break  # not enough time left to start it: it stays pending
+            left = call.bounded_timeout(args.entry_cap, keep=FINAL_RESERVE)
+            if left < min(args.min_start, args.entry_cap):
+                break  # not enough time left to start any: the rest stay pending
+            # what it gets before milabench is told to stop it (`run_entry`)
+            why = selection.wait_reason(entry["name"], left - GRACE - RUN_OVERHEAD,
+                                        args.entry_cap - GRACE - RUN_OVERHEAD,
+                                        args.config.name, gpus)  # fmt: skip
+            if why:
+                entry["note"] = why
+                continue  # a cheaper entry further on may still fit
             run_entry(call, entry)
             write_summary(call)  # its status as set after its reports were written
         write_reports(call, last=True)

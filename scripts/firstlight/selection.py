@@ -63,6 +63,61 @@ LEFT_OUT_BY_DEFAULT = {
 }
 
 
+#: Seconds each entry of ``config/first-light.yaml`` took on one H200 on 2026-11-30, its
+#: prepare and run together with milabench's own start-ups (the call's state,
+#: ``seconds``; docs/benchmarks.md, "First light on an H200"). llama: its first attempt
+#: was stopped at 45 s of run, warm-up 21 s, its second took 37 s: 55 s. Used for H100- and H200-class GPUs
+#: (`EXPECTED_FOR`), where an entry is started only when `MARGIN` times its figure is
+#: left, so that a call near its end runs a cheaper entry rather than cut one off.
+MEASURED_SECONDS = {
+    "bf16": 11.8,
+    "resnet50": 25.5,
+    "bert-tf32-fp16": 20.2,
+    "reformer": 17.2,
+    "convnext_large-tf32-fp16": 30.9,
+    "pna": 37.0,
+    "regnet_y_128gf": 29.9,
+    "ppo": 30.6,
+    "lightning-gpus": 33.8,
+    "dimenet": 55.9,
+    "rlhf-single": 33.7,
+    "llava-single": 23.9,
+    "dinov2-giant-gpus": 35.6,
+    "llama": 55.0,
+    "llm-lora-single": 27.9,
+    "llm-lora-ddp-gpus": 32.9,
+}
+#: The suite file and the GPU names (words of the product name) the figures hold for.
+EXPECTED_FOR = ("first-light.yaml", ("H100", "H200"))
+#: How much more than its measured figure an entry may need (a first start pays for
+#: cold caches: llama's first run on the H200 took 45 s and more, its second 37 s).
+MARGIN = 1.25
+
+
+def expected_seconds(name: str, suite: str, gpus: list[str]) -> float | None:
+    """Seconds ``name`` should take (`MEASURED_SECONDS` times `MARGIN`) when ``suite``
+    (the config's file name) and the machine's GPU names (``gpus``) are those the
+    figures were measured for (`EXPECTED_FOR`); None otherwise, or when not measured."""
+    suite_name, families = EXPECTED_FOR
+    words = {w for g in gpus for w in g.replace("-", " ").split()}
+    if suite != suite_name or not gpus or not words & set(families):
+        return None
+    seconds = MEASURED_SECONDS.get(name)
+    return None if seconds is None else seconds * MARGIN
+
+
+def wait_reason(name: str, left: float, cap: float, suite: str, gpus: list[str]) -> str | None:
+    """Why ``name`` should not start now, with ``left`` seconds before it would be cut
+    (at most ``cap``, what the entry cap gives): its expected seconds
+    (`expected_seconds`) exceed what is left, which is short of the cap (an entry the
+    cap itself cuts is run all the same: the cap is the caller's word). None when it
+    may start."""
+    need = expected_seconds(name, suite, gpus)
+    if need is None or need <= left or left >= cap:
+        return None
+    return f"waits for the next call: expected {need:.0f} s, {left:.0f} s left"
+
+
 @dataclass
 class Choice:
     """The entries to run, in order, and those left out with their reasons."""

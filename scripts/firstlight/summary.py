@@ -2,11 +2,12 @@
 
 Per entry: status, wall time, rate with its 95% interval, TFLOPS, MFU against the
 datasheet peak (``config/peaks.yaml``, as the report gives it) and against the bf16
-matmul peak measured in the same call (for the entries the datasheet counts against the
-bf16 peak: an fp32 one is not held against a bf16 matmul), the GPU's mean load over the run (a low one
-says the GPU waited: on its loader, or on the host), the peak GPU memory beside the
-start-up estimate (`benchkit.memory`) and upstream milabench's observation on a GPU of
-the same name at the same batch size (``tests/benchmarks/data/upstream_memory.yaml``, read when PyYAML
+matmul peak measured in the same call (only for the entries the datasheet counts
+against the bf16 peak: an fp32 one is not held against a bf16 matmul), the GPU's mean
+load over the run (a low one says the GPU waited: on its loader, or on the host), the
+peak GPU memory beside the start-up estimate (`benchkit.memory`), PyTorch's own peaks
+(allocated and reserved) and upstream milabench's observation on a GPU of the same name
+at the same batch size (``tests/benchmarks/data/upstream_memory.yaml``, read when PyYAML
 is importable), and the rate against upstream's on a GPU of the same family at the same
 batch size (``config/upstream_rates.yaml``, through `milabench.report.upstream_rates`):
 a gap over 5% is a parity question. Read from the state of the call, the run folder's
@@ -227,6 +228,18 @@ def measured_peak(rows: dict[str, dict]) -> float | None:
     return _float(rows.get(PEAK_ENTRY, {}).get("tflops"))
 
 
+def torch_memory(row: dict) -> str:
+    """PyTorch's own peaks, ``allocated / reserved`` MiB (the report's
+    ``torch_peak_allocated`` and ``torch_peak_reserved``), '-' when not recorded: beside
+    NVML's peak and the estimate they say whether a gap is the tensors or the allocator's
+    reserve."""
+    allocated = _float(row.get("torch_peak_allocated"))
+    reserved = _float(row.get("torch_peak_reserved"))
+    if allocated is None and reserved is None:
+        return "-"
+    return f"{num(allocated)} / {num(reserved)}"
+
+
 def measured_mfu(row: dict, rows: dict[str, dict]) -> float | None:
     """``row``'s TFLOPS as a fraction of the bf16 peak measured in this call, only when
     the datasheet counts the entry against the same peak as bf16 (its ``peak_tflops``
@@ -264,8 +277,8 @@ def render(
         "",
         "| entry | status | wall s | rate | 95% interval | units | TFLOPS | MFU % "
         "(datasheet) | MFU % (measured peak) | GPU load % | peak GPU MiB | estimate MiB | "
-        "upstream MiB | vs upstream rate | note |",
-        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "torch MiB (allocated / reserved) | upstream MiB | vs upstream rate | note |",
+        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in state.get("entries") or []:
         row = rows.get(entry["name"], {})
@@ -283,6 +296,7 @@ def render(
             f"{num(tflops)} | {num(mfu * 100 if mfu is not None else None)} | "
             f"{num(100 * measured if (measured := measured_mfu(row, rows)) else None)} | "
             f"{num(100 * load if load is not None else None)} | {num(peak_mib)} | {num(_float(row.get('memory_estimate')))} | "
+            f"{torch_memory(row)} | "
             f"{num(upstream.get(entry['name']))} | {gap} | {entry.get('note', '')} |"
         )
     lines += upstream_section(state, rows, rates, notes)

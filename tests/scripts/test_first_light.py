@@ -91,6 +91,40 @@ def test_an_entry_is_selected_alone_by_its_name():
     assert choice.run == ["lightning"]
 
 
+def test_an_entry_that_would_not_fit_waits_and_a_cheaper_one_runs():
+    """The first call on an H200 started llama with 70 s left, 46 s of them for its run,
+    which its cap cut off; it never reached the two 30-s LLM entries after it. Replayed
+    with the call's own figures: llama waits, llm-lora-single runs, none is cut off."""
+    h200, suite = ["NVIDIA H200"], "first-light.yaml"
+    assert selection.expected_seconds("llama", suite, h200) == 55.0 * selection.MARGIN
+    assert selection.expected_seconds("llama", suite, ["NVIDIA H100 80GB HBM3"]) is not None
+    for other in (("llama", "first-light-smoke.yaml", h200), ("llama", suite, []),
+                  ("llama", suite, ["NVIDIA A100-SXM4-80GB"]), ("newcomer", suite, h200)):  # fmt: skip
+        assert selection.expected_seconds(*other) is None, other
+    why = selection.wait_reason("llama", 46, 127, suite, h200)
+    assert why == "waits for the next call: expected 69 s, 46 s left"
+    assert selection.wait_reason("llm-lora-single", 46, 127, suite, h200) is None
+    assert selection.wait_reason("llama", 46, 40, suite, h200) is None  # the cap rules
+    assert selection.wait_reason("llama", 46, 127, "other.yaml", h200) is None
+    fl = _script()
+    left, ran, cut = 69.5, [], []  # what the call had left when dinov2-giant-gpus ended
+    for name in ("llama", "llm-lora-single", "llm-lora-ddp-gpus"):
+        usable = left - fl.GRACE - fl.RUN_OVERHEAD  # as the call gives it to the run
+        if selection.wait_reason(name, usable, 127, suite, h200) is None:
+            ran.append(name)
+            cut += [name] if selection.MEASURED_SECONDS[name] > usable else []
+            left -= selection.MEASURED_SECONDS[name]
+    assert ran == ["llm-lora-single"] and not cut
+
+
+def _script():
+    """scripts/first_light.py as a module."""
+    spec = __import__("importlib").util.spec_from_file_location("fl", SCRIPT)
+    module = __import__("importlib").util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_install_failures_are_read_from_the_install_table():
     script = __import__("importlib").util.spec_from_file_location("fl", SCRIPT)
     module = __import__("importlib").util.module_from_spec(script)
@@ -140,13 +174,20 @@ def test_the_summary_puts_peak_memory_beside_estimate_and_upstream(tmp_path):
     rows = {"bert-tf32-fp16": {"rate": "500", "peak_memory": "15100", "memory_estimate": "16000",
                                "mean_load": "0.875"}}  # fmt: skip
     text = summary.render(state, rows, tmp_path, upstream)
-    assert "| GPU load % | peak GPU MiB | estimate MiB | upstream MiB |" in text
+    assert (
+        "| GPU load % | peak GPU MiB | estimate MiB | torch MiB (allocated / reserved) "
+        "| upstream MiB |"
+    ) in text
     assert "Warnings" not in text  # none in the report
     rows["bert-tf32-fp16"]["warnings"] = "jpeg loader: prefetching 2 batches per worker"
     warned = summary.render(state, rows, tmp_path, upstream)
     assert "\n* bert-tf32-fp16: jpeg loader: prefetching 2 batches per worker\n" in warned
     line = next(x for x in text.splitlines() if x.startswith("| bert-tf32-fp16 |"))
-    assert f"| 87.5 | 15100 | 16000 | {upstream['bert-tf32-fp16']:.0f} |" in line
+    assert f"| 87.5 | 15100 | 16000 | - | {upstream['bert-tf32-fp16']:.0f} |" in line
+    rows["bert-tf32-fp16"].update(torch_peak_allocated="13000", torch_peak_reserved="14500")
+    line = next(x for x in summary.render(state, rows, tmp_path, upstream).splitlines()
+                if x.startswith("| bert-tf32-fp16 |"))  # fmt: skip
+    assert "| 15100 | 16000 | 13000 / 14500 |" in line  # the tensors, then the reserve
 
 
 def test_the_summary_names_the_machine_as_the_record_needs_it(tmp_path):
