@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -141,6 +142,21 @@ def test_upstream_loss_broadcasts_like_upstream(mols):
     y = torch.tensor([1.0, 2.0, 0.0])
     pairs = (pred.view(1, -1) - y.view(-1, 1)).abs().mean()
     assert main.upstream_l1(pred, y).item() == pytest.approx(pairs.item())
+
+
+def test_a_warning_inside_the_step_is_shown_once_not_at_every_step(mols):
+    """torch_geometric warns at each scatter min/max without torch-scatter: shown once
+    per process, as Python does, and not again at each step (the loss used to reset the
+    warnings already shown, so the H200's pna printed it 25 times in 13 s)."""
+    main = load(GEO / "main.py", "geo_main")
+    pred, y = torch.tensor([0.0, 1.0, 3.0]), torch.tensor([1.0, 2.0, 0.0])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")  # once per place that warns
+        main.quiet_broadcast()
+        for _ in range(3):  # three steps: the loss, then a warning of the step
+            main.upstream_l1(pred, y)
+            warnings.warn("scatter could be faster", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["scatter could be faster"]
 
 
 def test_pna_trains_on_prepared_molecules(smoke: SmokeRun):
