@@ -200,7 +200,8 @@ def first_call(call: Call, not_carried: dict[str, str]) -> None:
                              log="machine.txt", stdout=args.out / "machine.json",
                              timeout=call.bounded_timeout(60, keep=FINAL_RESERVE))  # fmt: skip
     if machine is not None and machine.rc == 2:  # a bad setting, e.g. MILABENCH_COMMIT
-        lines = (call.logs / "machine.txt").read_text(errors="replace").strip().splitlines()
+        lines = [x for x in (call.logs / "machine.txt").read_text(errors="replace").splitlines()
+                 if x.strip() and not x.startswith("first light: ")]  # fmt: skip
         raise Stop(f"milabench machine refused to start: {lines[-1] if lines else 'exit 2'}")
     listing = call.logs / "list.json"
     listing.unlink(missing_ok=True)

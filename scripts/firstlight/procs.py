@@ -169,7 +169,8 @@ def run_bounded(
     """Run ``argv`` for at most ``timeout`` seconds plus ``grace``, and leave nothing.
 
     Standard error (and standard output unless ``stdout`` names a file) is appended to
-    ``log``, after a ``$ command`` line. At the timeout the command's session gets SIGINT
+    ``log``, after a ``$ command`` line and before a line of its seconds and exit code
+    (the GPU's time, read afterwards). At the timeout the command's session gets SIGINT
     (a Ctrl-C: milabench stops its benchmarks and writes a partial run); whatever is
     still alive ``grace`` seconds later, below this process, is killed with SIGKILL. On a
     normal exit too, processes the command left behind are killed. So the call returns
@@ -209,7 +210,9 @@ def run_bounded(
         elif killed:
             err.write(f"first light: {killed} process(es) left behind, killed: "
                       f"{'; '.join(seen)}\n")  # fmt: skip
-    return Outcome(rc, time.monotonic() - start, killed)
+        seconds = time.monotonic() - start
+        err.write(f"first light: {seconds:.1f} s, exit code {rc if rc is not None else '-'}\n")
+    return Outcome(rc, seconds, killed)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

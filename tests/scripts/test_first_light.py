@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -325,9 +326,10 @@ def test_a_process_left_behind_after_a_normal_exit_is_named_in_the_log(tmp_path)
                             timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "1"]
-    line = (tmp_path / "log.txt").read_text().splitlines()[-1]
+    *_, line, took = (tmp_path / "log.txt").read_text().splitlines()
     assert line.startswith("first light: 1 process(es) left behind, killed: ")
     assert "import time; time.sleep(300) leftover-marker" in line
+    assert re.fullmatch(r"first light: \d+\.\d s, exit code 0", took)  # the command's time
 
 
 def _zombie(pid: int) -> bool:
