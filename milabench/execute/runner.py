@@ -670,7 +670,16 @@ async def run_specs(
         )
         for spec in specs
     ]
-    tasks = [asyncio.ensure_future(run.run()) for run in runs]
+    try:
+        return await gather_or_cancel([asyncio.ensure_future(run.run()) for run in runs])
+    finally:
+        if watching is not None:
+            watching.cancel()
+
+
+async def gather_or_cancel(tasks: list[asyncio.Future]) -> list:
+    """The results of ``tasks`` in their order; when one fails or the wait is cancelled,
+    every task still going is cancelled and awaited before the error is raised."""
     try:
         return list(await asyncio.gather(*tasks))
     except BaseException:
@@ -678,9 +687,6 @@ async def run_specs(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-    finally:
-        if watching is not None:
-            watching.cancel()
 
 
 async def run_each(
@@ -697,14 +703,9 @@ async def run_each(
             (outcome,) = await run_specs([spec], own, **kwargs)
             return outcome
 
-    tasks = [asyncio.ensure_future(one(s, o)) for s, o in zip(specs, sinks, strict=True)]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    return await gather_or_cancel(
+        [asyncio.ensure_future(one(s, o)) for s, o in zip(specs, sinks, strict=True)]
+    )
 
 
 def run_specs_sync(specs: list[ProcessSpec], sinks: list, **kwargs: Any) -> list[Outcome]:

@@ -272,6 +272,25 @@ def test_the_summary_puts_each_rate_beside_upstreams_and_names_a_parity_question
 # ------------------------------------------------------------- processes and the budget
 
 
+def bounded_by_a_subreaper(code: str, log: Path, *, timeout: float) -> list[str]:
+    """``procs.run_bounded`` of ``python -c code`` (grace 1 s) in a process of its own
+    that is its subreaper, as first light is: [rc, killed, seconds] as printed."""
+    driver = (
+        f"import sys, time; sys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
+        "from pathlib import Path\n"
+        "from firstlight import procs\n"
+        "assert procs.become_subreaper()\n"
+        "start = time.monotonic()\n"
+        f"done = procs.run_bounded([sys.executable, '-c', {code!r}], timeout={timeout}, "
+        f"grace=1, log=Path({str(log)!r}))\n"
+        "print(done.rc, done.killed, round(time.monotonic() - start, 1))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
 def test_a_bounded_command_is_stopped_and_nothing_it_started_survives(tmp_path):
     """A command that ignores Ctrl-C and leaves a grandchild in a session of its own:
     stopped at its timeout plus the grace, and both processes are gone. Run in a Python
@@ -286,20 +305,7 @@ def test_a_bounded_command_is_stopped_and_nothing_it_started_survives(tmp_path):
         f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
         "time.sleep(300)\n"
     )
-    driver = (
-        f"import sys, time; sys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
-        "from pathlib import Path\n"
-        "from firstlight import procs\n"
-        "assert procs.become_subreaper()\n"
-        "start = time.monotonic()\n"
-        f"done = procs.run_bounded([sys.executable, '-c', {code!r}], timeout=2, grace=1, "
-        f"log=Path({str(tmp_path / 'log.txt')!r}))\n"
-        "print(done.rc, done.killed, round(time.monotonic() - start, 1))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True,
-                            timeout=60)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    rc, killed, seconds = result.stdout.split()
+    rc, killed, seconds = bounded_by_a_subreaper(code, tmp_path / "log.txt", timeout=2)
     assert rc == "None" and int(killed) >= 1 and float(seconds) < 5
     assert "stopped at its time limit" in (tmp_path / "log.txt").read_text()
     assert_gone(pids)
@@ -313,19 +319,7 @@ def test_a_process_left_behind_after_a_normal_exit_is_named_in_the_log(tmp_path)
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', "
         "'leftover-marker'], start_new_session=True)\n"
     )
-    driver = (
-        f"import sys; sys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
-        "from pathlib import Path\n"
-        "from firstlight import procs\n"
-        "assert procs.become_subreaper()\n"
-        f"done = procs.run_bounded([sys.executable, '-c', {code!r}], timeout=30, grace=1, "
-        f"log=Path({str(tmp_path / 'log.txt')!r}))\n"
-        "print(done.rc, done.killed)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True,
-                            timeout=60)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["0", "1"]
+    assert bounded_by_a_subreaper(code, tmp_path / "log.txt", timeout=30)[:2] == ["0", "1"]
     *_, line, took = (tmp_path / "log.txt").read_text().splitlines()
     assert line.startswith("first light: 1 process(es) left behind, killed: ")
     assert "import time; time.sleep(300) leftover-marker" in line
