@@ -81,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
         print("nothing to install: no benchmark selected")
         return 0
     groups = build_groups(suite.entries, suite.system)
-    if suite.system.get("arch") == "cuda":
+    # --use-current-env alone installs nothing: the interpreter's own CUDA build is what
+    # runs, so the pinned build (its line, its driver check) does not apply
+    checks_only = bool(args.use_current_env) and not args.into_current_env
+    if suite.system.get("arch") == "cuda" and not checks_only:
         from milabench.envs import driver
         from milabench.machine.accelerators import detect
 

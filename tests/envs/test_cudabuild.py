@@ -212,6 +212,21 @@ def test_install_stops_on_a_driver_too_old(tmp_path):
     assert not (tmp_path / "venv").exists()
 
 
+def test_checking_the_current_environment_needs_no_pinned_build(tmp_path):
+    """``install --use-current-env`` installs nothing: the interpreter's own CUDA build
+    runs, so an old driver does not stop the import check, and no pinned build is
+    announced (on the H200 it printed "torch 2.13.0 from PyPI" beside torch 2.11)."""
+    for driver in ("470.82.01", "580.65.06"):
+        proc = milabench(driver, "install", "--config", str(STANDARD), "--base",
+                         str(tmp_path), "--use-current-env", "--select", "bf16")  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "CUDA build" not in proc.stdout and "driver" not in proc.stderr, proc.stdout
+        assert re.search(r"^torch\s+checked\s", proc.stdout, re.M), proc.stdout
+    proc = milabench("470.82.01", "install", "--config", str(STANDARD), "--base",
+                     str(tmp_path), "--use-current-env", "--into-current-env", "--dry-run")  # fmt: skip
+    assert proc.returncode == 1 and "update the driver" in proc.stderr  # it would install
+
+
 def test_an_unknown_build_option_is_a_configuration_error(tmp_path):
     env_run = subprocess.run(
         [sys.executable, "-m", "milabench", "install", "--config", str(STANDARD),
