@@ -154,7 +154,7 @@ def rate_comparison(benchmarks: Iterable[Any], product: str | None) -> RateCompa
         if br.summary is None:
             continue
         found = versus(rates, br.name, br.perf, entry_reason(br), br.batch_size,
-                       br.peak_memory)  # fmt: skip
+                       br.peak_memory, br.halfwidth)  # fmt: skip
         if found is not None:
             rows.append(found)
     return RateComparison(rates, rows) if rows else None

@@ -122,11 +122,12 @@ def load(products: list[str], path: Path = DEFAULT_RATES) -> UpstreamRates | Non
 
 def versus(rates: UpstreamRates | None, name: str, ours: float | None,
            reason: str | None = None, batch_size: int | None = None,
-           peak_mib: float | None = None) -> Versus | None:  # fmt: skip
+           peak_mib: float | None = None, halfwidth: float | None = None) -> Versus | None:  # fmt: skip
     """``name``'s rate per GPU (``ours``) and peak GPU memory (``peak_mib``) against
     upstream's medians; None when upstream has no figure for it on this family.
     ``reason``: why this run's figures are not comparable (the report's), if they are
-    not; ``batch_size``: the run's, when known."""
+    not; ``batch_size``: the run's, when known; ``halfwidth``: our rate's 95% interval
+    (relative): a parity question whose gap is inside it says so (measure longer)."""
     up = rates.entries.get(name) if rates else None
     if up is None:
         return None
@@ -140,6 +141,8 @@ def versus(rates: UpstreamRates | None, name: str, ours: float | None,
     else:
         apart = f"not comparable: {reason}" if reason else None
     gap, verdict = _judge(ours, median, apart, ("faster", "slower"), "no rate measured")
+    if verdict.startswith("parity question") and halfwidth and abs(gap) <= halfwidth:
+        verdict += f" (inside our 95% interval, ±{halfwidth:.0%}: measure longer)"
     found = Versus(name, ours, median, runs, gap, verdict, batch)
     memory = up.get("memory")
     if memory and peak_mib is not None and peak_mib == peak_mib:

@@ -197,7 +197,8 @@ def versus(entry: str, row: dict, rates: UpstreamRates | None, notes: dict[str, 
                                   if parity.startswith("different") else None)  # fmt: skip
     ours = _float(row.get("perf"))
     ours = ours if ours is not None else _float(row.get("rate"))
-    return rates_module.versus(rates, entry, ours, reason, None, _float(row.get("peak_memory")))
+    return rates_module.versus(rates, entry, ours, reason, None, _float(row.get("peak_memory")),
+                               _float(row.get("halfwidth")))  # fmt: skip
 
 
 def upstream_section(state: dict, rows: dict[str, dict], rates: UpstreamRates | None,
